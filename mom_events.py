@@ -1,0 +1,1125 @@
+"""mom_events: a directory of JSON files becomes scheduled wake-ups for an agent.
+
+An agent schedules its own future work by writing a file into the events
+directory; the watcher calls the bot's handler when the event is due::
+
+    {"type": "one-shot", "channelId": "C123", "text": "Remind Mario",
+     "at": "2025-12-15T09:00:00+01:00"}
+
+    -> handler(Event(...)) whose .message is
+       "[EVENT:dentist.json:one-shot:2025-12-15T09:00:00+01:00] Remind Mario"
+
+Three kinds: ``immediate`` (fires when the file appears), ``one-shot`` (fires
+once at ``at``) and ``periodic`` (a cron schedule in an IANA timezone).  Each
+channel runs one event at a time with at most ``max_queued`` waiting.
+
+The module reads top to bottom: data model and parsing, schedule arithmetic,
+directory scanning, the watcher (scheduler and channel queues), the CLI.
+Only croniter is needed beyond the standard library, and only for periodic
+events; it is imported when the first periodic event is parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import heapq
+import itertools
+import json
+import logging
+import math
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from typing import Callable, Optional
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+__all__ = ["Event", "EventError", "EventsWatcher", "next_fire", "parse_event"]
+__version__ = "0.1.0"
+
+log = logging.getLogger("mom_events")
+
+TYPES = ("immediate", "one-shot", "periodic")
+MAX_FILE_BYTES = 1024 * 1024
+
+# The coarsest file timestamp we plan for (FAT stamps files every 2 s).  A
+# file read less than this after its mtime may still change without its stat
+# changing (git's "racy timestamp" problem), so it is read again later.
+_TICK_NS = 2_000_000_000
+
+# Parse failures are retried after these delays: the writer may be mid-write.
+_RETRY_DELAYS = (0.1, 0.2, 0.4)
+
+
+# ---------------------------------------------------------------------------
+# Data model and parsing
+# ---------------------------------------------------------------------------
+
+
+class EventError(ValueError):
+    """A bad event file; ``str()`` is one line naming the file and the reason."""
+
+    def __init__(self, filename: Optional[str], reason: str):
+        super().__init__(f"{filename}: {reason}" if filename else reason)
+        self.filename = filename
+        self.reason = reason
+
+
+class _NeedsCroniter(EventError):
+    """A valid periodic event on a machine without croniter: keep the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One parsed event file.  ``at``, ``schedule`` and ``timezone`` are None
+    where the type has no such field; ``at`` and ``schedule`` are kept exactly
+    as written, because the agent recognises its own words in the message."""
+
+    filename: str
+    type: str
+    channel_id: str
+    text: str
+    at: Optional[str] = None
+    schedule: Optional[str] = None
+    timezone: Optional[str] = None
+
+    @property
+    def message(self) -> str:
+        """What the agent is woken with: ``[EVENT:file:type:when] text``."""
+        when = self.at if self.type == "one-shot" else self.schedule
+        tag = f"{self.filename}:{self.type}" + (f":{when}" if when is not None else "")
+        return f"[EVENT:{tag}] {self.text}"
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:20]} is too large")
+    return value
+
+
+def _decode_json(data: str | bytes, filename: str) -> object:
+    if isinstance(data, (bytes, bytearray)):
+        if len(data) > MAX_FILE_BYTES:
+            raise EventError(filename, "file is larger than 1 MiB")
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EventError(filename, f"not valid UTF-8 (byte {exc.start})") from None
+    elif len(data) > MAX_FILE_BYTES:
+        raise EventError(filename, "file is larger than 1 MiB")
+    data = data.removeprefix("\ufeff")
+    try:
+        return json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise EventError(filename, f"invalid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise EventError(filename, "invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # NaN, Infinity, 1e999, a 5,000-digit integer
+        reason = str(exc).split(";")[0]
+        raise EventError(filename, f"invalid JSON: {reason}") from None
+
+
+def _string_field(obj: dict, key: str, filename: str) -> str:
+    if key not in obj:
+        raise EventError(filename, f'missing field "{key}"')
+    value = obj[key]
+    if not isinstance(value, str):
+        raise EventError(filename, f'"{key}" must be a string, not {_json_type(value)}')
+    if not value.strip():
+        raise EventError(filename, f'"{key}" is empty')
+    return value
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "a list", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _parse_at(at: str, filename: str) -> datetime:
+    """The one-shot's instant; an ``at`` without an offset is an error (the
+    original read it as local time, silently)."""
+    try:
+        when = datetime.fromisoformat(at)
+    except ValueError:
+        raise EventError(filename, f'"at" is not an ISO 8601 date-time: {at!r}') from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise EventError(filename, f'"at" has no UTC offset: {at!r} (add one, e.g. +01:00 or Z)')
+    return when
+
+
+def parse_event(data: str | bytes, filename: str) -> Event:
+    """Parse and validate one event file's content; raise EventError."""
+    obj = _decode_json(data, filename)
+    if not isinstance(obj, dict):
+        raise EventError(filename, f"expected a JSON object, not {_json_type(obj)}")
+    if "type" not in obj:
+        raise EventError(filename, 'missing field "type"')
+    kind = obj["type"]
+    if kind not in TYPES:
+        raise EventError(filename, f'unknown type {kind!r} (expected "immediate", "one-shot" or "periodic")')
+    channel_id = _string_field(obj, "channelId", filename)
+    text = _string_field(obj, "text", filename)
+    if kind == "immediate":
+        return Event(filename, kind, channel_id, text)
+    if kind == "one-shot":
+        at = _string_field(obj, "at", filename)
+        _parse_at(at, filename)
+        return Event(filename, kind, channel_id, text, at=at)
+    schedule = _string_field(obj, "schedule", filename)
+    if "timezone" not in obj:
+        raise EventError(filename, 'missing field "timezone"')
+    if not isinstance(obj["timezone"], str):
+        raise EventError(filename, f'"timezone" must be a string, not {_json_type(obj["timezone"])}')
+    tz_name = obj["timezone"]
+    try:
+        _zone(tz_name)
+        _compile_cron(schedule)
+    except _CronError as exc:
+        raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
+    return Event(filename, kind, channel_id, text, schedule=schedule, timezone=tz_name)
+
+
+# ---------------------------------------------------------------------------
+# Schedule arithmetic: cron in an IANA timezone, with classic cron's DST rules
+# ---------------------------------------------------------------------------
+
+
+class _CronError(ValueError):
+    """A bad schedule or timezone, before a filename is attached."""
+
+    def __init__(self, reason: str, needs_croniter: bool = False):
+        super().__init__(reason)
+        self.needs_croniter = needs_croniter
+
+
+@lru_cache(maxsize=256)
+def _zone(name: str) -> ZoneInfo:
+    if not name.strip():
+        raise _CronError('"timezone" is empty')
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise _CronError(f"unknown timezone {name!r} (expected an IANA name such as Europe/Vienna)") from None
+
+
+_MONTHS = {m: i for i, m in enumerate(
+    "jan feb mar apr may jun jul aug sep oct nov dec".split(), start=1)}
+_WEEKDAYS = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
+
+
+@dataclass(frozen=True)
+class _FieldSpec:
+    name: str
+    low: int
+    high: int
+    names: dict
+    size: int  # how many distinct values: the largest sensible step
+
+
+_SECOND = _FieldSpec("second", 0, 59, {}, 60)
+_MINUTE = _FieldSpec("minute", 0, 59, {}, 60)
+_HOUR = _FieldSpec("hour", 0, 23, {}, 24)
+_DOM = _FieldSpec("day-of-month", 1, 31, {}, 31)
+_MONTH = _FieldSpec("month", 1, 12, _MONTHS, 12)
+_DOW = _FieldSpec("day-of-week", 0, 7, _WEEKDAYS, 7)  # 0 and 7 are Sunday
+
+_MACROS = {
+    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def _field_value(text: str, spec: _FieldSpec) -> int:
+    if text.isdigit() and text.isascii():
+        value = int(text)
+    elif text.lower() in spec.names:
+        return spec.names[text.lower()]
+    else:
+        raise _CronError(f"{text!r} is not a valid {spec.name} value")
+    if not spec.low <= value <= spec.high:
+        raise _CronError(f"{spec.name} {value} is out of range {spec.low}-{spec.high}")
+    return value
+
+
+def _normalize_item(item: str, spec: _FieldSpec) -> str:
+    """One comma-separated item, spelled the way croniter reads it correctly."""
+    if item == "?":
+        raise _CronError(f"'?' is not supported in the {spec.name} field; use '*'")
+    if spec is _DOM and item.upper() == "L":
+        return "L"
+    if spec is _DOW and "#" in item:
+        day, _, nth = item.partition("#")
+        if not (nth.isdigit() and nth.isascii() and 1 <= int(nth) <= 5):
+            raise _CronError(f"{item!r}: the number after '#' must be 1 to 5")
+        return f"{_field_value(day, spec)}#{int(nth)}"
+    body, slash, step_text = item.partition("/")
+    step = None
+    if slash:
+        if not (step_text.isdigit() and step_text.isascii()) or int(step_text) == 0:
+            raise _CronError(f"{item!r}: the step must be a positive whole number")
+        step = int(step_text)
+        if step > spec.size:
+            raise _CronError(f"{item!r}: step {step} is larger than the {spec.name} field")
+    suffix = f"/{step}" if step else ""
+    if body == "*":
+        return "*" + suffix
+    if "-" in body:
+        first, _, last = body.partition("-")
+        low, high = _field_value(first, spec), _field_value(last, spec)
+        if spec is _DOW and high == 0 and low > 0:  # "fri-sun" ends on Sunday, 7
+            high = 7
+        if low > high:
+            raise _CronError(f"{item!r}: wrapping ranges are not supported (split it: {first}-{spec.high},{spec.low}-{last})")
+    else:
+        low = _field_value(body, spec)
+        high = spec.high if step else low  # "a/n" means "a-max/n"
+        if spec is _DOW and step:
+            high = 6
+    if low == high:  # croniter reads "5-5" as the whole field
+        return str(low)
+    return f"{low}-{high}{suffix}"
+
+
+class _Cron:
+    """A validated cron expression bound to a croniter, plus the DST rules.
+
+    A *wildcard* job (minute or hour starts with ``*``) runs at the real
+    instants whose local time matches.  A *fixed-time* job runs a time that
+    falls in a spring-forward gap once, at the first instant after the gap,
+    and a time in a repeated fall-back hour only on the first pass.
+    """
+
+    def __init__(self, expression: str):
+        text = " ".join(expression.split())
+        text = _MACROS.get(text.lower(), text)
+        if text.startswith("@"):
+            raise _CronError(f"unknown macro {text!r} (expected one of {', '.join(sorted(_MACROS))})")
+        fields = text.split(" ")
+        if len(fields) == 5:
+            specs = (_MINUTE, _HOUR, _DOM, _MONTH, _DOW)
+        elif len(fields) == 6:  # seconds first, as croner reads six fields
+            specs = (_SECOND, _MINUTE, _HOUR, _DOM, _MONTH, _DOW)
+        else:
+            raise _CronError(f"expected 5 fields (minute hour day-of-month month day-of-week) or 6 (seconds first), found {len(fields)}")
+        normalized = []
+        for value, spec in zip(fields, specs):
+            items = value.split(",")
+            if "" in items:
+                raise _CronError(f"empty list item in the {spec.name} field {value!r}")
+            normalized.append(",".join(_normalize_item(item, spec) for item in items))
+        minute, hour, dom, _, dow = fields[-5:]
+        self.expression = " ".join(normalized)
+        self.wildcard = minute.startswith("*") or hour.startswith("*")
+        # Classic cron: a day matches either field only when both are restricted.
+        self.day_or = not dom.startswith("*") and not dow.startswith("*")
+        self.seconds = len(fields) == 6
+        self._lock = threading.Lock()
+        self._iter = None
+
+    def bind(self) -> None:
+        """Attach croniter and make sure the pattern ever fires."""
+        try:
+            from croniter import croniter
+        except ImportError:
+            raise _CronError("periodic events need croniter (pip install croniter)", needs_croniter=True) from None
+        try:
+            self._iter = croniter(self.expression, datetime(2001, 1, 1), day_or=self.day_or,
+                                  second_at_beginning=self.seconds)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _CronError(f"croniter rejects it: {exc}") from None
+        self.match_after(datetime(2001, 1, 1))
+
+    def match_after(self, wall: datetime) -> datetime:
+        """The first naive local time strictly after ``wall`` that matches."""
+        with self._lock:
+            try:
+                return self._iter.get_next(datetime, start_time=wall)
+            except (ValueError, OverflowError):  # croniter's "failed to find next date"
+                raise _CronError("it never fires") from None
+
+    def next_after(self, tz: ZoneInfo, after: datetime) -> datetime:
+        after = after.astimezone(timezone.utc)
+        local = after.astimezone(tz)
+        wall = local.replace(tzinfo=None)
+        off0, off1 = _offsets(tz, wall)
+        if off0 <= off1:
+            return self._first_pass(tz, wall, after)
+        # ``after`` lies in a repeated (fall-back) hour: walls [a, b) occur twice.
+        span = off0 - off1
+        moment = _transition(tz, after - span, after + span)
+        a, b = _naive(moment + off1), _naive(moment + off0)
+        if local.fold == 0:
+            first, second = wall, a - _US
+        else:
+            first, second = b - _US, wall
+        best = self._first_pass(tz, first, after)
+        if self.wildcard:
+            candidate = self.match_after(second)
+            if candidate < b:
+                repeat = (candidate - off1).replace(tzinfo=timezone.utc)
+                if after < repeat < best:
+                    best = repeat
+        return best
+
+    def _first_pass(self, tz: ZoneInfo, wall: datetime, after: datetime) -> datetime:
+        """Runs in wall-clock order, reading every repeated time as its first pass."""
+        for _ in range(1000):
+            candidate = self.match_after(wall)
+            off0, off1 = _offsets(tz, candidate)
+            if off0 < off1:  # the candidate falls in a spring-forward gap
+                moment = _transition(tz, _utc(candidate - off1), _utc(candidate - off0))
+                if not self.wildcard and moment > after:
+                    return moment
+                wall = _naive(moment + off1) - _US  # skip to the end of the gap
+                continue
+            instant = _utc(candidate - off0)
+            if instant > after:
+                return instant
+            wall = candidate
+        raise _CronError("no occurrence found")  # unreachable for a valid pattern
+
+
+_US = timedelta(microseconds=1)
+
+
+def _utc(naive: datetime) -> datetime:
+    return naive.replace(tzinfo=timezone.utc)
+
+
+def _naive(instant: datetime) -> datetime:
+    return instant.replace(tzinfo=None)
+
+
+def _offsets(tz: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
+    """UTC offsets of a naive wall time read as first and as second pass:
+    equal for an ordinary time, off0 > off1 for a repeated one, off0 < off1
+    for a time in a gap (PEP 495)."""
+    return (wall.replace(tzinfo=tz, fold=0).utcoffset(), wall.replace(tzinfo=tz, fold=1).utcoffset())
+
+
+def _transition(tz: ZoneInfo, low: datetime, high: datetime) -> datetime:
+    """The single offset change in (low, high], to the second, by bisection."""
+    target = high.astimezone(tz).utcoffset()
+    lo, hi = math.floor(low.timestamp()), math.ceil(high.timestamp())
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if datetime.fromtimestamp(mid, tz).utcoffset() == target:
+            hi = mid
+        else:
+            lo = mid
+    return datetime.fromtimestamp(hi, timezone.utc)
+
+
+@lru_cache(maxsize=1024)
+def _compile_cron(expression: str) -> _Cron:
+    """Validated, bound and cached: many files share a handful of schedules."""
+    try:
+        cron = _Cron(expression)
+        cron.bind()
+    except _CronError as exc:
+        if exc.needs_croniter:
+            raise
+        raise _CronError(f"bad schedule {expression!r}: {exc}") from None
+    return cron
+
+
+def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
+    """The next occurrence of a cron ``schedule`` in IANA ``timezone`` strictly
+    after the aware datetime ``after``, as an aware datetime in that timezone.
+    A bad schedule or timezone raises EventError."""
+    if after.tzinfo is None or after.utcoffset() is None:
+        raise ValueError("next_fire needs an aware datetime for 'after'")
+    try:
+        tz = _zone(timezone)
+        return _compile_cron(schedule).next_after(tz, after).astimezone(tz)
+    except _CronError as exc:
+        raise EventError(None, str(exc)) from None
+
+
+def _next_fire_ts(event: Event, now: float) -> float:
+    """``next_fire`` for a parsed periodic event, on POSIX timestamps."""
+    cron = _compile_cron(event.schedule)
+    return cron.next_after(_zone(event.timezone), datetime.fromtimestamp(now, timezone.utc)).timestamp()
+
+
+# ---------------------------------------------------------------------------
+# Directory scanning: a scan is a value, and so is the difference of two
+# ---------------------------------------------------------------------------
+
+
+def _is_event_name(name: str) -> bool:
+    """``x.json`` is an event; ``.x.json``, ``x.json.tmp`` and ``x.json~`` are
+    not, so writers can write a temporary name and rename it into place."""
+    return name.endswith(".json") and not name.startswith(".")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """What a scan saw of one name.  ``sig`` is the stat signature of a regular
+    file (links followed): inode, device, size, mtime, ctime.  Anything else
+    has no signature, and ``kind`` says what it is."""
+
+    sig: Optional[tuple]
+    kind: str = "regular file"
+
+    @property
+    def mtime_ns(self) -> int:
+        return self.sig[3] if self.sig else 0
+
+
+def _signature(st: os.stat_result) -> tuple:
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+_KINDS = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+          (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"))
+
+
+def _describe(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "special file")
+
+
+def _stat_entry(path: str) -> Optional[_Entry]:
+    """Stat one name without opening it; None when it has vanished."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return _Entry(None, "dangling symlink") if os.path.lexists(path) else None
+    except OSError as exc:
+        what = "symlink loop" if os.path.islink(path) else f"entry that cannot be examined ({exc.strerror})"
+        return _Entry(None, what)
+    if stat.S_ISREG(st.st_mode):
+        return _Entry(_signature(st))
+    return _Entry(None, _describe(st.st_mode))
+
+
+def _scan(directory: str) -> dict[str, _Entry]:
+    """One scan: every event name in the directory and what it is now."""
+    with os.scandir(directory) as entries:
+        names = [entry.name for entry in entries if _is_event_name(entry.name)]
+    snapshot = {}
+    for name in names:
+        entry = _stat_entry(os.path.join(directory, name))
+        if entry is not None:
+            snapshot[name] = entry
+    return snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class _Diff:
+    created: list
+    modified: list
+    deleted: list
+
+
+def _diff(old: dict[str, _Entry], new: dict[str, _Entry]) -> _Diff:
+    return _Diff(
+        created=[name for name in new if name not in old],
+        modified=[name for name, entry in new.items() if name in old and old[name] != entry],
+        deleted=[name for name in old if name not in new],
+    )
+
+
+class _NotRegular(Exception):
+    """The name turned into something that is not a regular file."""
+
+
+def _read_file(path: str) -> bytes:
+    """Read at most 1 MiB + 1 byte.  O_NONBLOCK: a FIFO swapped in after the
+    scan must never block the scheduler; fstat then refuses it unread."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _NotRegular(_describe(mode))
+        chunks, remaining = [], MAX_FILE_BYTES + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+# ---------------------------------------------------------------------------
+# The watcher: scheduler heap, channel queues, and the files that feed them
+# ---------------------------------------------------------------------------
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    """One run on a channel's queue: an event occurrence or a submitted fn."""
+
+    channel: str
+    event: Optional[Event] = None
+    fn: Optional[Callable[[], object]] = None
+    generation: int = 0
+    sig: Optional[tuple] = None
+    digest: Optional[bytes] = None
+
+
+@dataclass(eq=False, slots=True)
+class _File:
+    """What the watcher knows of one event file.  Every change bumps
+    ``generation``; heap entries and queued jobs of older generations are dead."""
+
+    name: str
+    generation: int = 0
+    sig: Optional[tuple] = None
+    digest: Optional[bytes] = None
+    event: Optional[Event] = None
+    due: Optional[float] = None       # when its next firing is scheduled
+    attempts: int = 0                 # parse retries so far
+    at_startup: bool = False          # found by the start-up scan
+    queued: Optional[_Job] = None     # its occurrence waiting in a channel queue
+    quiet: bool = False               # its problem was logged; silent until it changes
+    spent: bool = False               # ran or was dropped, but could not be deleted
+
+
+@dataclass(eq=False, slots=True)
+class _Channel:
+    id: str
+    waiting: deque = field(default_factory=deque)
+    running: Optional[_Job] = None
+    worker: object = None             # the thread draining the queue, if any
+
+
+def _log_error(event: Event, exc: BaseException) -> None:
+    log.error("%s: handler failed: %s", event.filename, exc, exc_info=exc)
+
+
+class EventsWatcher:
+    """Watch ``events_dir`` and call ``handler(event)`` when each event is due.
+
+    ``handler`` runs on a per-channel worker thread, one event at a time per
+    channel.  ``on_error(event, exc)`` gets what the handler raised (default:
+    log it).  ``clock`` returns the wall-clock time as a POSIX timestamp.
+    """
+
+    def __init__(self, events_dir, handler: Callable[[Event], object],
+                 on_error: Optional[Callable[[Event, BaseException], object]] = None,
+                 poll_interval: float = 0.1, max_queued: int = 5,
+                 clock: Callable[[], float] = time.time):
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        if not poll_interval > 0:
+            raise ValueError("poll_interval must be positive")
+        if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
+            raise ValueError("max_queued must be a whole number of at least 1")
+        self.events_dir = os.fspath(events_dir)
+        self._handler = handler
+        self._on_error = on_error or _log_error
+        self._poll_interval = poll_interval
+        self._max_queued = max_queued
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._files: dict[str, _File] = {}
+        self._snapshot: dict[str, _Entry] = {}
+        self._racy: set[str] = set()          # files whose content must be read again
+        self._ignored: dict[str, str] = {}    # non-regular *.json names already warned about
+        self._heap: list = []                 # (due, seq, filename, generation, action)
+        self._seq = itertools.count()
+        self._channels: dict[str, _Channel] = {}
+        self._started_at: Optional[float] = None
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+        self._dir_trouble: Optional[str] = None
+        self._anchor = (0.0, 0.0)             # (wall, monotonic) at the last wake
+        self._spawn = self._start_worker      # tests replace it to run workers by hand
+
+    # -- public API ---------------------------------------------------------
+
+    def start(self) -> "EventsWatcher":
+        """Scan the directory, act on what is there, and start the scheduler
+        thread.  Returns once the start-up scan is done."""
+        with self._cond:
+            if self._started_at is not None:
+                raise RuntimeError("an EventsWatcher can be started only once")
+            os.makedirs(self.events_dir, exist_ok=True)
+            self._startup(self._clock())
+            self._thread = threading.Thread(target=self._run, name="mom_events-scheduler", daemon=True)
+            self._thread.start()
+        return self
+
+    def submit(self, channel_id: str, fn: Callable[[], object]) -> bool:
+        """Run ``fn()`` on the channel's queue, as a user's own message would.
+        Returns False, running nothing, while the channel is busy."""
+        with self._cond:
+            if self._stopping:
+                return False
+            channel = self._channel(channel_id)
+            if channel.running is not None or channel.waiting:
+                return False
+            channel.waiting.append(_Job(channel_id, fn=fn))
+            self._kick(channel)
+            return True
+
+    def stop(self, timeout: float = 30) -> list[str]:
+        """Stop scheduling, drop what waits in the queues (the files stay), and
+        wait up to ``timeout`` seconds for running callbacks.  Returns the
+        channels still running then."""
+        with self._cond:
+            self._stopping = True
+            for channel in self._channels.values():
+                for job in channel.waiting:
+                    f = self._files.get(job.event.filename) if job.event else None
+                    if f is not None and f.queued is job:
+                        f.queued = None
+                channel.waiting.clear()
+            self._cond.notify_all()
+        me = threading.current_thread()
+        if self._thread is not None and self._thread is not me:
+            self._thread.join()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                busy = sorted(c.id for c in self._channels.values() if c.worker is not None and c.worker is not me)
+                remaining = deadline - time.monotonic()
+                if not busy or remaining <= 0:
+                    return busy
+                self._cond.wait(remaining)
+
+    def __enter__(self) -> "EventsWatcher":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    # -- the scheduler thread -----------------------------------------------
+
+    def _startup(self, now: float) -> None:
+        self._started_at = now
+        self._anchor = (now, time.monotonic())
+        self._poll(now, startup=True)
+
+    def _run(self) -> None:
+        next_poll = time.monotonic() + self._poll_interval
+        with self._cond:
+            while not self._stopping:
+                try:
+                    now, mono = self._clock(), time.monotonic()
+                    self._notice_clock_step(now, mono)
+                    if mono >= next_poll:
+                        self._poll(now)
+                        next_poll = mono + self._poll_interval
+                        now = self._clock()
+                    self._run_due(now)
+                    timeout = next_poll - time.monotonic()
+                    if self._heap:
+                        timeout = min(timeout, self._heap[0][0] - self._clock())
+                except Exception:  # a bug must not silence every event for good
+                    log.exception("internal error in the scheduler; carrying on")
+                    timeout = self._poll_interval
+                if timeout > 0:
+                    self._cond.wait(timeout)
+
+    def _notice_clock_step(self, now: float, mono: float) -> None:
+        """Due times are wall-clock instants, so a stepped clock needs nothing
+        but a log line: forward, what is due fires once; back, nothing fires
+        twice, because each file has at most one future heap entry."""
+        wall0, mono0 = self._anchor
+        self._anchor = (now, mono)
+        drift = (now - wall0) - (mono - mono0)
+        if abs(drift) > 1.0:
+            log.warning("the wall clock stepped %s by %.1f s", "forward" if drift > 0 else "back", abs(drift))
+
+    def _run_due(self, now: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            due, _, name, generation, action = heapq.heappop(heap)
+            f = self._files.get(name)
+            if f is None or f.generation != generation:
+                continue  # cancelled
+            if action == "retry":
+                self._load(f, now)
+            else:
+                f.due = None
+                self._fire(f, now)
+
+    def _push(self, f: _File, due: float, action: str = "fire") -> None:
+        if action == "fire":
+            f.due = due
+        heapq.heappush(self._heap, (due, next(self._seq), f.name, f.generation, action))
+
+    # -- polling: what changed in the directory -------------------------------
+
+    def _poll(self, now: float, startup: bool = False) -> None:
+        try:
+            snapshot = _scan(self.events_dir)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            self._directory_trouble("is missing" if isinstance(exc, FileNotFoundError) else "is not a directory")
+            snapshot = {}  # its files are gone with it
+        except OSError as exc:
+            self._directory_trouble(f"cannot be read ({exc.strerror})")
+            return  # nothing is known to have changed
+        else:
+            if self._dir_trouble is not None:
+                log.warning("events directory %s is back", self.events_dir)
+                self._dir_trouble = None
+        diff = _diff(self._snapshot, snapshot)
+        self._snapshot = snapshot
+        for name in diff.deleted:
+            self._forget(name)
+        for name in sorted(diff.created + diff.modified, key=lambda n: (snapshot[n].mtime_ns, n)):
+            self._changed(snapshot[name], name, now, startup)
+        for name in list(self._racy):
+            self._recheck(name, now)
+
+    def _directory_trouble(self, problem: str) -> None:
+        if self._dir_trouble != problem:
+            log.error("events directory %s %s; waiting for it", self.events_dir, problem)
+            self._dir_trouble = problem
+
+    def _changed(self, entry: _Entry, name: str, now: float, startup: bool = False) -> None:
+        """A name appeared or its signature changed: drop what was scheduled
+        and read it again."""
+        if entry.sig is None:
+            self._forget(name, keep_warning=True)
+            if self._ignored.get(name) != entry.kind:
+                self._ignored[name] = entry.kind
+                log.warning("%s: ignored: it is a %s, not a regular file", name, entry.kind)
+            return
+        self._ignored.pop(name, None)
+        f = self._files.get(name)
+        if f is None:
+            f = self._files[name] = _File(name)
+        self._cancel(f)
+        f.sig, f.attempts, f.quiet, f.at_startup = entry.sig, 0, False, startup
+        self._load(f, now)
+
+    def _recheck(self, name: str, now: float) -> None:
+        """git's racy-timestamp rule: content read too soon after its mtime may
+        have changed since without changing the stat, so compare it again."""
+        f = self._files.get(name)
+        if f is None or f.sig is None:
+            self._racy.discard(name)
+            return
+        read_ns = time.time_ns()
+        try:
+            data = _read_file(os.path.join(self.events_dir, name))
+        except (OSError, _NotRegular):
+            return  # the next scan sees what happened to it
+        if _digest(data) != f.digest:
+            log.debug("%s: content changed under an unchanged stat", name)
+            self._changed(_Entry(f.sig), name, now)
+        elif read_ns - f.sig[3] >= _TICK_NS:
+            self._racy.discard(name)
+
+    def _cancel(self, f: _File) -> None:
+        """Kill its heap entries and its occurrence waiting in a queue."""
+        f.generation += 1
+        f.due = None
+        job, f.queued = f.queued, None
+        if job is not None:
+            channel = self._channels.get(job.channel)
+            if channel is not None and job in channel.waiting:
+                channel.waiting.remove(job)
+
+    def _forget(self, name: str, keep_warning: bool = False) -> None:
+        """The file is gone (or is no longer a regular file)."""
+        f = self._files.pop(name, None)
+        if f is not None:
+            self._cancel(f)
+        self._racy.discard(name)
+        if not keep_warning:
+            self._ignored.pop(name, None)
+
+    # -- reading and scheduling one file ---------------------------------------
+
+    def _load(self, f: _File, now: float) -> None:
+        path = os.path.join(self.events_dir, f.name)
+        read_ns = time.time_ns()
+        try:
+            data = _read_file(path)
+        except FileNotFoundError:
+            self._forget(f.name)
+            self._snapshot.pop(f.name, None)  # if it comes back, it is new
+            return
+        except _NotRegular as exc:
+            self._changed(_Entry(None, str(exc)), f.name, now)
+            return
+        except OSError as exc:
+            if not f.quiet:
+                log.error("%s: cannot be read (%s); leaving it alone until it changes", f.name, exc.strerror or exc)
+                f.quiet = True
+            return
+        digest = _digest(data)
+        if f.spent and digest == f.digest:
+            return  # the content that already ran and could not be deleted
+        f.spent = False
+        f.digest = digest
+        if read_ns - f.sig[3] < _TICK_NS:
+            self._racy.add(f.name)
+        else:
+            self._racy.discard(f.name)
+        try:
+            f.event = parse_event(data, f.name)
+        except _NeedsCroniter as exc:
+            f.event = None
+            if not f.quiet:
+                log.error("%s; leaving the file in place", exc)
+                f.quiet = True
+            return
+        except EventError as exc:
+            f.event = None
+            self._retry_later(f, now, exc)
+            return
+        f.attempts = 0
+        self._schedule(f, now)
+
+    def _retry_later(self, f: _File, now: float, exc: EventError) -> None:
+        """The writer may be mid-write: retry after 100, 200 and 400 ms."""
+        if f.attempts < len(_RETRY_DELAYS):
+            delay = _RETRY_DELAYS[f.attempts]
+            f.attempts += 1
+            log.debug("%s; retrying in %d ms", exc, delay * 1000)
+            self._push(f, now + delay, "retry")
+            return
+        log.error("%s; deleting the file", exc)
+        self._delete(f)
+
+    def _schedule(self, f: _File, now: float) -> None:
+        event = f.event
+        if event.type == "immediate":
+            # Only the start-up scan judges staleness: a file that appears later
+            # always runs, whatever mtime mv or cp -p gave it.
+            if f.at_startup and f.sig[3] < (self._started_at * 1e9) - _TICK_NS:
+                log.info("%s: immediate event from before start-up (stale); deleting it without running", f.name)
+                self._delete(f)
+            else:
+                self._enqueue(f)
+        elif event.type == "one-shot":
+            due = _parse_at(event.at, f.name).timestamp()
+            if due <= now:
+                log.info("%s: one-shot time %s has passed; deleting it without running", f.name, event.at)
+                self._delete(f)
+            else:
+                self._push(f, due)
+        else:
+            self._push(f, _next_fire_ts(event, now))
+
+    def _fire(self, f: _File, now: float) -> None:
+        if f.event.type == "periodic":
+            self._push(f, _next_fire_ts(f.event, now))  # from now: no catch-up
+        self._enqueue(f)
+
+    # -- channel queues -------------------------------------------------------
+
+    def _channel(self, channel_id: str) -> _Channel:
+        channel = self._channels.get(channel_id)
+        if channel is None:
+            channel = self._channels[channel_id] = _Channel(channel_id)
+        return channel
+
+    def _enqueue(self, f: _File) -> None:
+        event = f.event
+        channel = self._channel(event.channel_id)
+        if f.queued is not None:
+            log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
+                     f.name, channel.id)
+            return
+        if len(channel.waiting) >= self._max_queued:
+            log.warning("%s: channel %s already has %d events waiting; discarding this occurrence",
+                        f.name, channel.id, len(channel.waiting))
+            if event.type != "periodic":
+                self._delete(f)
+            return
+        job = _Job(channel.id, event=event, generation=f.generation, sig=f.sig, digest=f.digest)
+        channel.waiting.append(job)
+        f.queued = job
+        self._kick(channel)
+
+    def _kick(self, channel: _Channel) -> None:
+        if channel.worker is None and not self._stopping:
+            channel.worker = self._spawn(lambda: self._drain(channel))
+
+    def _start_worker(self, target: Callable[[], None]) -> threading.Thread:
+        thread = threading.Thread(target=target, name="mom_events-channel", daemon=True)
+        thread.start()
+        return thread
+
+    def _drain(self, channel: _Channel) -> None:
+        """A channel's worker: run its jobs one at a time, then go away, so an
+        idle channel holds no thread."""
+        job = None
+        while True:
+            with self._cond:
+                if job is not None:
+                    channel.running = None
+                    if job.event is not None and job.event.type != "periodic":
+                        self._delete_after_run(job)
+                if self._stopping or not channel.waiting:
+                    channel.worker = None
+                    self._cond.notify_all()
+                    return
+                job = channel.waiting.popleft()
+                channel.running = job
+                f = self._files.get(job.event.filename) if job.event else None
+                if f is not None and f.queued is job:
+                    f.queued = None
+            self._execute(job)
+
+    def _execute(self, job: _Job) -> None:
+        """Run one job; whatever it raises is reported, never propagated."""
+        try:
+            if job.event is None:
+                job.fn()
+            else:
+                self._handler(job.event)
+        except BaseException as exc:  # no worker ever dies
+            if job.event is None:
+                log.error("function submitted to channel %s raised: %s", job.channel, exc, exc_info=exc)
+                return
+            try:
+                self._on_error(job.event, exc)
+            except BaseException as second:
+                log.error("%s: on_error raised: %s", job.event.filename, second, exc_info=second)
+
+    # -- deleting files --------------------------------------------------------
+
+    def _delete_after_run(self, job: _Job) -> None:
+        """An immediate or one-shot is deleted once it ran, unless the file
+        changed meanwhile: then its new content is a new event."""
+        f = self._files.get(job.event.filename)
+        if f is None or f.generation != job.generation:
+            return
+        path = os.path.join(self.events_dir, f.name)
+        try:
+            st = os.stat(path)
+            if _signature(st) != job.sig:
+                return
+            if time.time_ns() - st.st_mtime_ns < _TICK_NS and _digest(_read_file(path)) != job.digest:
+                return
+        except (OSError, _NotRegular):
+            return  # gone or replaced: the next scan tells
+        self._delete(f)
+
+    def _delete(self, f: _File) -> bool:
+        try:
+            os.unlink(os.path.join(self.events_dir, f.name))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if not f.spent:
+                log.error("%s: cannot delete it (%s); it will not run again while this harness runs",
+                          f.name, exc.strerror or exc)
+            self._cancel(f)
+            f.spent, f.event = True, None
+            return False
+        self._forget(f.name)
+        self._snapshot.pop(f.name, None)  # a file written again under this name is new
+        return True
+
+    def _scheduled_count(self) -> int:
+        with self._cond:
+            return sum(1 for f in self._files.values() if f.due is not None)
+
+
+# ---------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------
+
+
+def _local_iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec="milliseconds")
+
+
+def _event_json(event: Event, fired_at: float) -> str:
+    return json.dumps({
+        "firedAt": _local_iso(fired_at), "filename": event.filename, "type": event.type,
+        "channelId": event.channel_id, "text": event.text, "message": event.message,
+        "at": event.at, "schedule": event.schedule, "timezone": event.timezone,
+    })
+
+
+def _printer(as_json: bool) -> Callable[[Event], None]:
+    """The CLI's handler: one flushed line per event on stdout."""
+    lock = threading.Lock()
+
+    def handler(event: Event) -> None:
+        fired_at = time.time()
+        if as_json:
+            line = _event_json(event, fired_at)
+        else:
+            line = f"{_local_iso(fired_at)} {event.channel_id} {event.message}"
+        with lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    return handler
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
+
+
+def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="mom_events",
+        description="Watch a directory of JSON event files and print each event when it is due.")
+    parser.add_argument("dir", nargs="?", default="events", help="the events directory (default: events)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per event instead of a text line")
+    parser.add_argument("--poll", type=_positive_seconds, default=0.1, metavar="SECONDS",
+                        help="how often to look at the directory (default: 0.1)")
+    noise = parser.add_mutually_exclusive_group()
+    noise.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    noise.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
+    parser.add_argument("--version", action="version", version=f"mom_events {__version__}")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = _arguments(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(message)s")
+    sys.stdout.reconfigure(errors="backslashreplace")  # file names need not be valid UTF-8
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+
+    watcher = EventsWatcher(args.dir, _printer(args.json), poll_interval=args.poll)
+    try:
+        watcher.start()
+    except OSError as exc:
+        log.error("cannot watch %s: %s", args.dir, exc.strerror or exc)
+        return 2
+    log.info("watching %s (%d events scheduled)", os.path.abspath(args.dir), watcher._scheduled_count())
+    stop.wait()
+    log.info("stopping")
+    still_running = watcher.stop(timeout=30)
+    if still_running:
+        log.warning("gave up waiting for channels %s", ", ".join(still_running))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
