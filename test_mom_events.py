@@ -1,0 +1,1175 @@
+"""Tests for mom_events.  Scheduling runs on simulated time: the watcher's
+decision methods take ``now``, and channel workers are run by hand.  A few
+end-to-end tests use the real thread, real files and the CLI."""
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from unittest import mock
+from zoneinfo import ZoneInfo
+
+import mom_events
+from mom_events import Event, EventError, EventsWatcher, next_fire, parse_event
+
+HERE = Path(__file__).resolve().parent
+VIENNA = ZoneInfo("Europe/Vienna")
+
+
+def immediate(channel="C1", text="ping"):
+    return {"type": "immediate", "channelId": channel, "text": text}
+
+
+def one_shot(at, channel="C1", text="remind"):
+    if isinstance(at, (int, float)):
+        at = datetime.fromtimestamp(at, timezone.utc).isoformat()
+    return {"type": "one-shot", "channelId": channel, "text": text, "at": at}
+
+
+def periodic(schedule="* * * * *", channel="C1", text="tick", tz="UTC"):
+    return {"type": "periodic", "channelId": channel, "text": text, "schedule": schedule, "timezone": tz}
+
+
+def hold(workers):
+    """A stand-in for starting a worker thread: keep it, to be run by hand."""
+    def spawn(target):
+        workers.append(target)
+        return target
+    return spawn
+
+
+class Harness:
+    """A watcher on a temporary directory, driven by hand on simulated time."""
+
+    def __init__(self, test, now=None, handler=None, **kwargs):
+        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_test_"))
+        test.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        self.now = float(int(time.time())) if now is None else now
+        self.fired = []
+        self.errors = []
+        self.workers = []
+        self.handler = handler or (lambda event: self.fired.append((self.now, event)))
+        kwargs.setdefault("on_error", lambda event, exc: self.errors.append((event.filename, exc)))
+        self.w = EventsWatcher(self.dir, lambda event: self.handler(event), clock=lambda: self.now, **kwargs)
+        self.w._spawn = hold(self.workers)
+
+    def write(self, name, content, mtime=None):
+        path = self.dir / name
+        data = content if isinstance(content, (str, bytes)) else json.dumps(content)
+        if isinstance(data, str):
+            data = data.encode()
+        path.write_bytes(data)
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+        return path
+
+    def exists(self, name):
+        return (self.dir / name).exists()
+
+    def start(self):
+        self.w._startup(self.now)
+        self.run_workers()
+
+    def tick(self, now=None):
+        if now is not None:
+            self.now = now
+        self.w._poll(self.now)
+        self.w._run_due(self.now)
+        self.run_workers()
+
+    def advance(self, seconds, step=None):
+        """Move time forward, waking at every due entry like the real loop."""
+        end = self.now + seconds
+        while True:
+            heap = self.w._heap
+            if not heap or heap[0][0] > end:
+                break
+            nxt = heap[0][0]
+            self.w._run_due(max(nxt, self.now))
+            self.now = max(nxt, self.now)
+            self.run_workers()
+        self.tick(end)
+
+    def run_workers(self):
+        while self.workers:
+            self.workers.pop(0)()
+
+    def texts(self):
+        return [event.text for _, event in self.fired]
+
+    def names(self):
+        return [event.filename for _, event in self.fired]
+
+
+# ---------------------------------------------------------------------------
+# parse_event
+# ---------------------------------------------------------------------------
+
+
+class ParseEventTest(unittest.TestCase):
+    def test_three_types_and_their_messages(self):
+        e = parse_event(json.dumps(immediate("C123ABC", "New support ticket")), "webhook-123.json")
+        self.assertEqual(e, Event("webhook-123.json", "immediate", "C123ABC", "New support ticket"))
+        self.assertEqual(e.message, "[EVENT:webhook-123.json:immediate] New support ticket")
+        e = parse_event(json.dumps(one_shot("2025-12-15T09:00:00+01:00", text="Remind Mario")), "dentist.json")
+        self.assertEqual(e.at, "2025-12-15T09:00:00+01:00")
+        self.assertEqual(e.message, "[EVENT:dentist.json:one-shot:2025-12-15T09:00:00+01:00] Remind Mario")
+        e = parse_event(json.dumps(periodic("0 9 * * 1-5", text="Check inbox", tz="Europe/Vienna")),
+                        "daily-inbox.json")
+        self.assertEqual((e.schedule, e.timezone, e.at), ("0 9 * * 1-5", "Europe/Vienna", None))
+        self.assertEqual(e.message, "[EVENT:daily-inbox.json:periodic:0 9 * * 1-5] Check inbox")
+
+    def test_event_is_frozen(self):
+        e = parse_event(json.dumps(immediate()), "a.json")
+        with self.assertRaises(AttributeError):
+            e.text = "x"
+
+    def test_bom_bytes_and_extra_keys(self):
+        data = b"\xef\xbb\xbf" + json.dumps(dict(immediate(), extra=[1, 2], note="x")).encode()
+        self.assertEqual(parse_event(data, "a.json").text, "ping")
+        self.assertEqual(parse_event("\ufeff" + json.dumps(immediate()), "a.json").channel_id, "C1")
+
+    def test_z_offset_is_accepted(self):
+        self.assertEqual(parse_event(json.dumps(one_shot("2025-12-15T08:00:00Z")), "a.json").at,
+                         "2025-12-15T08:00:00Z")
+
+    def assertBad(self, data, *words, name="bad.json"):
+        with self.assertRaises(EventError) as caught:
+            parse_event(data, name)
+        message = str(caught.exception)
+        self.assertTrue(message.startswith(f"{name}: "), message)
+        self.assertNotIn("\n", message)
+        for word in words:
+            self.assertIn(word, message)
+        self.assertIsInstance(caught.exception, ValueError)
+        return message
+
+    def test_bad_files_get_one_line_reasons(self):
+        self.assertBad("{", "invalid JSON")
+        self.assertBad('{"type": NaN}', "NaN")
+        self.assertBad('{"type": "immediate", "x": Infinity}', "Infinity")
+        self.assertBad('{"type": "immediate", "x": 1e999}', "too large")
+        self.assertBad('{"type": "immediate", "x": ' + "9" * 5000 + "}", "invalid JSON")
+        self.assertBad("[1, 2]", "JSON object", "list")
+        self.assertBad(json.dumps({"channelId": "C", "text": "t"}), "type")
+        self.assertBad(json.dumps(dict(immediate(), type="weekly")), "unknown type", "weekly")
+        self.assertBad(json.dumps(dict(immediate(), channelId=["C1"])), "channelId", "list")
+        self.assertBad(json.dumps(dict(immediate(), channelId="")), "channelId", "empty")
+        self.assertBad(json.dumps({"type": "immediate", "channelId": "C"}), "text")
+        self.assertBad(json.dumps(dict(immediate(), text="  ")), "text", "empty")
+        self.assertBad(json.dumps({"type": "one-shot", "channelId": "C", "text": "t"}), '"at"')
+        self.assertBad(json.dumps(one_shot("tomorrow at nine")), "ISO 8601")
+        self.assertBad(json.dumps(periodic("0 9 * *")), "schedule", "5 fields")
+        self.assertBad(json.dumps(periodic(tz="Mars/Olympus")), "unknown timezone", "Mars/Olympus")
+        self.assertBad(json.dumps(periodic(tz="")), "timezone", "empty")
+        self.assertBad(json.dumps(periodic(tz=7)), "timezone", "string")
+        self.assertBad(json.dumps({k: v for k, v in periodic().items() if k != "timezone"}), "timezone")
+        self.assertBad(b'{"type": "immediate", "channelId": "C", "text": "\xff"}', "UTF-8")
+        self.assertBad("[" * 200_000 + "]" * 200_000, "nested too deeply")
+        self.assertBad(b" " * (1024 * 1024) + b"{}", "larger than 1 MiB")
+
+    def test_at_without_offset_says_offset(self):
+        self.assertBad(json.dumps(one_shot("2025-12-15T09:00:00")), "offset")
+        self.assertBad(json.dumps(one_shot("2025-12-15")), "offset")
+
+
+# ---------------------------------------------------------------------------
+# Cron front end and next_fire
+# ---------------------------------------------------------------------------
+
+
+def utc(*args):
+    return datetime(*args, tzinfo=timezone.utc)
+
+
+def vienna(*args, fold=0):
+    return datetime(*args, tzinfo=VIENNA, fold=fold)
+
+
+def fires(schedule, after, count, tz="Europe/Vienna"):
+    out = []
+    for _ in range(count):
+        after = next_fire(schedule, tz, after)
+        out.append(after)
+    return out
+
+
+class CronTest(unittest.TestCase):
+    def assertBadSchedule(self, schedule, *words):
+        with self.assertRaises(EventError) as caught:
+            next_fire(schedule, "UTC", utc(2025, 1, 1))
+        for word in words:
+            self.assertIn(word, str(caught.exception))
+        with self.assertRaises(EventError):
+            parse_event(json.dumps(periodic(schedule)), "p.json")
+
+    def test_rejected_patterns(self):
+        self.assertBadSchedule("*/61 * * * *", "step 61", "minute")
+        self.assertBadSchedule("0 */25 * * *", "step 25", "hour")
+        self.assertBadSchedule("0 22-2 * * *", "wrapping")
+        self.assertBadSchedule("0 9 ? * *", "'?'")
+        self.assertBadSchedule("0 9 31 2 *", "never fires")
+        self.assertBadSchedule("60 * * * *", "out of range")
+        self.assertBadSchedule("0 9 * * funday", "funday")
+        self.assertBadSchedule("0 9 * * 1#6", "#")
+        self.assertBadSchedule("@reboot", "macro")
+        self.assertBadSchedule("0 0 9 * * * 2025", "found 7")
+        self.assertBadSchedule("1,,2 * * * *", "empty")
+        self.assertBadSchedule("*/0 * * * *", "positive")
+        self.assertBadSchedule("H * * * *", "'H'")
+
+    def test_single_value_range_is_not_the_whole_field(self):
+        # croniter alone reads "5-5" as "*"
+        self.assertEqual(fires("5-5 * * * *", utc(2025, 1, 1, 10, 0), 2, "UTC"),
+                         [utc(2025, 1, 1, 10, 5), utc(2025, 1, 1, 11, 5)])
+
+    def test_six_fields_put_seconds_first(self):
+        self.assertEqual(fires("*/10 * * * * *", utc(2025, 1, 1, 10, 0, 0), 3, "UTC"),
+                         [utc(2025, 1, 1, 10, 0, 10), utc(2025, 1, 1, 10, 0, 20), utc(2025, 1, 1, 10, 0, 30)])
+
+    def test_macros_names_sunday_last_day_and_nth_weekday(self):
+        start = utc(2025, 1, 1, 0, 30)
+        self.assertEqual(next_fire("@hourly", "UTC", start), utc(2025, 1, 1, 1))
+        self.assertEqual(next_fire("@daily", "UTC", start), utc(2025, 1, 2))
+        self.assertEqual(next_fire("@midnight", "UTC", start), utc(2025, 1, 2))
+        self.assertEqual(next_fire("@weekly", "UTC", start), utc(2025, 1, 5))
+        self.assertEqual(next_fire("@monthly", "UTC", start), utc(2025, 2, 1))
+        self.assertEqual(next_fire("@yearly", "UTC", start), utc(2026, 1, 1))
+        self.assertEqual(next_fire("@annually", "UTC", start), utc(2026, 1, 1))
+        self.assertEqual(next_fire("0 9 * FEB mon", "UTC", start), utc(2025, 2, 3, 9))
+        self.assertEqual(next_fire("0 9 * * 7", "UTC", start), utc(2025, 1, 5, 9))
+        self.assertEqual(next_fire("0 9 * * 0", "UTC", start), utc(2025, 1, 5, 9))
+        self.assertEqual(next_fire("0 9 * * fri-sun", "UTC", utc(2025, 1, 4, 10)), utc(2025, 1, 5, 9))
+        self.assertEqual(next_fire("0 9 L * *", "UTC", utc(2025, 2, 1)), utc(2025, 2, 28, 9))
+        self.assertEqual(next_fire("0 9 * * 1#2", "UTC", start), utc(2025, 1, 13, 9))
+        self.assertEqual(next_fire("0 9 * * 1-5", "UTC", utc(2025, 1, 3, 10)), utc(2025, 1, 6, 9))
+        self.assertEqual(next_fire("5/20 * * * *", "UTC", start), utc(2025, 1, 1, 0, 45))
+
+    def test_day_of_month_and_week_both_restricted_match_either(self):
+        # 1 Jan 2025 is a Wednesday: the 1st, or any Monday
+        self.assertEqual(fires("0 0 1 * 1", utc(2024, 12, 31, 12), 3, "UTC"),
+                         [utc(2025, 1, 1), utc(2025, 1, 6), utc(2025, 1, 13)])
+
+    def test_one_field_starting_with_star_leaves_the_other_to_decide(self):
+        self.assertEqual(fires("0 0 * * 1", utc(2024, 12, 31, 12), 2, "UTC"), [utc(2025, 1, 6), utc(2025, 1, 13)])
+        # '*/2' starts with '*': both must match, as in cron(8): odd days that are Mondays
+        self.assertEqual(fires("0 0 */2 * 1", utc(2024, 12, 31, 12), 2, "UTC"), [utc(2025, 1, 13), utc(2025, 1, 27)])
+
+    def test_strictly_after(self):
+        self.assertEqual(next_fire("0 9 * * *", "UTC", utc(2025, 1, 1, 9)), utc(2025, 1, 2, 9))
+        self.assertEqual(next_fire("0 9 * * *", "UTC", utc(2025, 1, 1, 8, 59, 59, 999999)), utc(2025, 1, 1, 9))
+
+    def test_result_is_aware_in_the_events_timezone(self):
+        result = next_fire("0 9 * * *", "Europe/Vienna", utc(2025, 1, 1))
+        self.assertEqual(result.tzinfo, VIENNA)
+        self.assertEqual(result, vienna(2025, 1, 1, 9))
+
+    def test_naive_after_is_refused(self):
+        with self.assertRaises(ValueError):
+            next_fire("0 9 * * *", "UTC", datetime(2025, 1, 1))
+
+    def test_far_future_and_leap_day(self):
+        self.assertEqual(next_fire("0 0 29 2 *", "UTC", utc(2025, 3, 1)), utc(2028, 2, 29))
+
+
+class DaylightSavingTest(unittest.TestCase):
+    """Vienna 2025: 30 March 02:00 -> 03:00; 26 October 03:00 -> 02:00."""
+
+    def test_fixed_time_in_the_gap_runs_once_after_it(self):
+        self.assertEqual(fires("30 2 * * *", vienna(2025, 3, 29, 12), 2),
+                         [vienna(2025, 3, 30, 3, 0), vienna(2025, 3, 31, 2, 30)])
+
+    def test_several_gap_times_collapse_into_one_run(self):
+        self.assertEqual(fires("15,45 2 * * *", vienna(2025, 3, 29, 12), 3),
+                         [vienna(2025, 3, 30, 3, 0), vienna(2025, 3, 31, 2, 15), vienna(2025, 3, 31, 2, 45)])
+
+    def test_fixed_time_in_the_repeated_hour_runs_on_the_first_pass_only(self):
+        runs = fires("30 2 * * *", vienna(2025, 10, 25, 12), 2)
+        self.assertEqual([r.astimezone(timezone.utc) for r in runs], [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)])
+
+    def test_fixed_time_after_the_first_pass_waits_for_tomorrow(self):
+        # 02:40 on the second pass: 02:30 already ran on the first pass
+        self.assertEqual(next_fire("30 2 * * *", "Europe/Vienna", vienna(2025, 10, 26, 2, 10, fold=1)),
+                         vienna(2025, 10, 27, 2, 30))
+
+    def test_wildcard_job_skips_the_gap(self):
+        self.assertEqual(fires("*/30 * * * *", vienna(2025, 3, 30, 1, 10), 3),
+                         [vienna(2025, 3, 30, 1, 30), vienna(2025, 3, 30, 3, 0), vienna(2025, 3, 30, 3, 30)])
+
+    def test_wildcard_job_keeps_real_spacing_through_both_passes(self):
+        runs = fires("*/30 * * * *", vienna(2025, 10, 26, 1, 10), 7)
+        instants = [r.astimezone(timezone.utc) for r in runs]
+        self.assertEqual(instants, [utc(2025, 10, 25, 23, 30) + timedelta(minutes=30 * i) for i in range(7)])
+
+    def test_hourly_runs_twice_in_the_repeated_hour(self):
+        runs = fires("0 * * * *", vienna(2025, 10, 26, 1, 10), 3)
+        self.assertEqual([r.astimezone(timezone.utc) for r in runs],
+                         [utc(2025, 10, 26, 0), utc(2025, 10, 26, 1), utc(2025, 10, 26, 2)])
+
+    def test_from_inside_each_pass(self):
+        self.assertEqual(next_fire("*/15 * * * *", "Europe/Vienna", vienna(2025, 10, 26, 2, 50)),
+                         vienna(2025, 10, 26, 2, 0, fold=1))
+        self.assertEqual(next_fire("*/15 * * * *", "Europe/Vienna", vienna(2025, 10, 26, 2, 50, fold=1)),
+                         vienna(2025, 10, 26, 3, 0))
+
+    def test_matches_a_brute_force_model_around_transitions(self):
+        """Every answer equals the rule applied by brute force, minute by minute."""
+        cases = [("Europe/Vienna", datetime(2025, 3, 29, 22)), ("Europe/Vienna", datetime(2025, 10, 25, 22)),
+                 ("America/New_York", datetime(2025, 3, 8, 22)), ("America/New_York", datetime(2025, 11, 1, 22)),
+                 ("Australia/Lord_Howe", datetime(2025, 4, 5, 22)), ("Australia/Lord_Howe", datetime(2025, 10, 4, 22))]
+        patterns = [("*/20 * * * *", range(0, 60, 20), range(24)), ("10 * * * *", [10], range(24)),
+                    ("0,45 1-3 * * *", [0, 45], [1, 2, 3]), ("15 2 * * *", [15], [2]),
+                    ("*/30 2 * * *", [0, 30], [2]), ("0 */2 * * *", [0], range(0, 24, 2))]
+        for zone_name, start in cases:
+            tz = ZoneInfo(zone_name)
+            for schedule, minutes, hours in patterns:
+                with self.subTest(zone=zone_name, schedule=schedule, start=start):
+                    wildcard = schedule.split()[0].startswith("*") or schedule.split()[1].startswith("*")
+                    expected = _brute_force(tz, start, minutes, hours, wildcard)
+                    after = expected[0] - timedelta(minutes=1)
+                    got = []
+                    while len(got) < len(expected):
+                        after = next_fire(schedule, zone_name, after)
+                        got.append(after.astimezone(timezone.utc))
+                    self.assertEqual(got, expected)
+                    # and from every minute in between, the next answer is the next expected one
+                    probe = expected[0]
+                    while probe < expected[-1]:
+                        want = next(x for x in expected if x > probe)
+                        got = next_fire(schedule, zone_name, probe).astimezone(timezone.utc)
+                        self.assertEqual(got, want, probe)
+                        probe += timedelta(minutes=7, seconds=13)
+
+
+def _brute_force(tz, start, minutes, hours, wildcard):
+    """Runs for two local days from naive ``start``, by the stated rules."""
+    runs = set()
+    if wildcard:  # every real minute whose local time matches
+        t = start.replace(tzinfo=tz).astimezone(timezone.utc)
+        for _ in range(48 * 60):
+            local = t.astimezone(tz)
+            if local.minute in minutes and local.hour in hours:
+                runs.add(t)
+            t += timedelta(minutes=1)
+    else:  # each matching wall time once: first pass, or the end of its gap
+        wall = start
+        for _ in range(48 * 60):
+            if wall.minute in minutes and wall.hour in hours:
+                first = wall.replace(tzinfo=tz, fold=0)
+                if first.utcoffset() < wall.replace(tzinfo=tz, fold=1).utcoffset():  # in the gap
+                    runs.add(_first_after_gap(tz, wall))
+                else:
+                    runs.add(first.astimezone(timezone.utc))
+            wall += timedelta(minutes=1)
+    return sorted(runs)
+
+
+def _first_after_gap(tz, wall):
+    """The first real minute whose local time is past the gap holding ``wall``."""
+    t = wall.replace(tzinfo=tz, fold=1).astimezone(timezone.utc)  # an instant before the gap
+    while t.astimezone(tz).replace(tzinfo=None) < wall:
+        t += timedelta(minutes=1)
+    return t
+
+
+# ---------------------------------------------------------------------------
+# The watcher on simulated time
+# ---------------------------------------------------------------------------
+
+
+class StartupTest(unittest.TestCase):
+    def test_creates_a_missing_directory(self):
+        h = Harness(self)
+        h.dir.rmdir()
+        h.w.start()
+        self.addCleanup(h.w.stop)
+        self.assertTrue(h.dir.is_dir())
+
+    def test_stale_immediate_is_deleted_without_running(self):
+        h = Harness(self)
+        h.write("old.json", immediate(), mtime=h.now - 3600)
+        h.write("new.json", immediate(text="fresh"), mtime=h.now)
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.start()
+        self.assertEqual(h.texts(), ["fresh"])
+        self.assertFalse(h.exists("old.json"))
+        self.assertFalse(h.exists("new.json"))
+        self.assertTrue(any("old.json" in line and "stale" in line for line in logs.output))
+
+    def test_immediate_arriving_later_runs_whatever_its_mtime(self):
+        h = Harness(self)
+        h.start()
+        h.write("copied.json", immediate(text="cp -p"), mtime=h.now - 86400)
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["cp -p"])
+        self.assertFalse(h.exists("copied.json"))
+
+    def test_past_one_shot_is_deleted_and_future_one_is_kept(self):
+        h = Harness(self)
+        h.write("past.json", one_shot(h.now - 1))
+        h.write("now.json", one_shot(h.now))
+        h.write("future.json", one_shot(h.now + 60))
+        h.start()
+        self.assertEqual(h.fired, [])
+        self.assertFalse(h.exists("past.json"))
+        self.assertFalse(h.exists("now.json"))
+        self.assertTrue(h.exists("future.json"))
+        self.assertEqual(h.w._scheduled_count(), 1)
+
+    def test_periodic_is_scheduled_without_catching_up(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("p.json", periodic("* * * * *"))
+        h.start()
+        self.assertEqual(h.fired, [])
+        self.assertEqual(h.w._files["p.json"].due, utc(2025, 1, 1, 9, 1).timestamp())
+
+    def test_same_scan_is_taken_in_mtime_then_name_order(self):
+        h = Harness(self)
+        h.write("b.json", immediate(text="b"), mtime=h.now + 1)
+        h.write("c.json", immediate(text="c"), mtime=h.now)
+        h.write("a.json", immediate(text="a"), mtime=h.now + 1)
+        h.start()
+        self.assertEqual(h.texts(), ["c", "a", "b"])
+
+
+class OneShotTest(unittest.TestCase):
+    def test_fires_at_its_instant_then_the_file_is_deleted(self):
+        h = Harness(self)
+        h.start()
+        due = h.now + 10
+        h.write("r.json", one_shot(due))
+        h.tick(h.now + 0.1)
+        h.tick(due - 0.001)
+        self.assertEqual(h.fired, [])
+        self.assertTrue(h.exists("r.json"))
+        h.tick(due)
+        self.assertEqual([(t, e.filename) for t, e in h.fired], [(due, "r.json")])
+        self.assertFalse(h.exists("r.json"))
+        h.tick(due + 60)
+        self.assertEqual(len(h.fired), 1)
+
+    def test_far_future_is_scheduled_not_fired(self):
+        h = Harness(self)
+        due = h.now + 100 * 86400  # the original fired anything past 24.8 days at once
+        h.write("later.json", one_shot(due))
+        h.start()
+        h.tick(h.now + 30 * 86400)
+        self.assertEqual(h.fired, [])
+        h.advance(due - h.now)
+        self.assertEqual(h.names(), ["later.json"])
+
+    def test_new_one_shot_in_the_past_is_deleted_without_running(self):
+        h = Harness(self)
+        h.start()
+        h.write("late.json", one_shot(h.now - 5))
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.fired, [])
+        self.assertFalse(h.exists("late.json"))
+
+    def test_rewrite_reschedules(self):
+        h = Harness(self)
+        h.start()
+        h.write("r.json", one_shot(h.now + 10, text="first"))
+        h.tick(h.now + 0.1)
+        h.write("r.json", one_shot(h.now + 20, text="second!"))
+        h.tick(h.now + 0.1)
+        h.advance(15)
+        self.assertEqual(h.fired, [])
+        h.advance(10)
+        self.assertEqual(h.texts(), ["second!"])
+
+    def test_rm_cancels(self):
+        h = Harness(self)
+        h.start()
+        h.write("r.json", one_shot(h.now + 10))
+        h.tick(h.now + 0.1)
+        (h.dir / "r.json").unlink()
+        h.tick(h.now + 0.1)
+        h.advance(20)
+        self.assertEqual(h.fired, [])
+        self.assertEqual(h.w._scheduled_count(), 0)
+
+
+class PeriodicTest(unittest.TestCase):
+    def test_fires_on_schedule_and_the_file_stays(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("p.json", periodic("* * * * *"))
+        h.start()
+        h.advance(150)
+        self.assertEqual([t for t, _ in h.fired], [utc(2025, 1, 1, 9, m).timestamp() for m in (1, 2, 3)])
+        self.assertTrue(h.exists("p.json"))
+
+    def test_a_late_wake_fires_once_not_once_per_missed_occurrence(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("p.json", periodic("* * * * *"))
+        h.start()
+        h.tick(utc(2025, 1, 1, 10, 0, 30).timestamp())  # an hour late: a clock step or a suspend
+        self.assertEqual(len(h.fired), 1)
+        self.assertEqual(h.w._files["p.json"].due, utc(2025, 1, 1, 10, 1).timestamp())
+
+    def test_daylight_saving_in_the_events_own_timezone(self):
+        h = Harness(self, now=vienna(2025, 3, 30, 1, 0).timestamp())
+        h.write("p.json", periodic("30 2 * * *", tz="Europe/Vienna"))
+        h.start()
+        h.advance(3 * 3600)
+        self.assertEqual([t for t, _ in h.fired], [vienna(2025, 3, 30, 3, 0).timestamp()])
+
+    def test_without_croniter_the_file_stays_with_one_error(self):
+        mom_events._compile_cron.cache_clear()
+        self.addCleanup(mom_events._compile_cron.cache_clear)
+        h = Harness(self)
+        h.write("p.json", periodic())
+        h.write("i.json", immediate(text="still works"))
+        with mock.patch.dict(sys.modules, {"croniter": None}), self.assertLogs("mom_events") as logs:
+            h.start()
+            h.tick(h.now + 1)
+            h.tick(h.now + 1)
+        errors = [line for line in logs.output if line.startswith("ERROR")]
+        self.assertEqual(len(errors), 1)
+        self.assertIn("p.json", errors[0])
+        self.assertIn("pip install croniter", errors[0])
+        self.assertTrue(h.exists("p.json"))
+        self.assertEqual(h.texts(), ["still works"])
+
+
+class ChangeTest(unittest.TestCase):
+    def test_same_size_rewrite_that_keeps_the_stat_is_noticed(self):
+        """What a coarse timestamp tick does: the second write leaves inode,
+        size, mtime and ctime as the scan saw them after the first."""
+        h = Harness(self)
+        h.start()
+        h.write("r.json", one_shot(h.now + 100, text="AAAA"))
+        h.tick(h.now + 0.1)
+        path = h.write("r.json", one_shot(h.now + 50, text="BBBB"))
+        # make the scanner see exactly the signature it already has
+        h.w._snapshot["r.json"] = mom_events._stat_entry(str(path))
+        h.w._files["r.json"].sig = h.w._snapshot["r.json"].sig
+        h.tick(h.now + 0.1)
+        h.advance(60)
+        self.assertEqual(h.texts(), ["BBBB"])
+
+    def test_old_content_is_trusted_and_not_read_again(self):
+        h = Harness(self)
+        h.write("p.json", periodic(), mtime=time.time() - 60)
+        h.start()
+        self.assertNotIn("p.json", h.w._racy)
+        with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
+            h.tick(h.now + 0.1)
+
+    def test_new_content_stays_under_watch_until_its_mtime_is_old(self):
+        h = Harness(self)
+        h.write("p.json", periodic())
+        h.start()
+        self.assertIn("p.json", h.w._racy)
+        os.utime(h.dir / "p.json", (time.time() - 60, time.time() - 60))
+        h.tick(h.now + 0.1)  # the signature changed: read again, now old enough to trust
+        self.assertNotIn("p.json", h.w._racy)
+
+    def test_touch_keeps_the_same_schedule(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("p.json", periodic("* * * * *"))
+        h.start()
+        os.utime(h.dir / "p.json")
+        h.tick(h.now + 0.1)
+        h.advance(60)
+        self.assertEqual(len(h.fired), 1)
+
+
+class RetryTest(unittest.TestCase):
+    def test_bad_file_is_retried_then_deleted_with_one_error(self):
+        h = Harness(self)
+        h.start()
+        h.write("bad.json", '{"type": "one-shot", "channelId": "C1", "text": "x", "at": "2025-12-15T09:00:00"}')
+        t0 = h.now + 0.1
+        with self.assertLogs("mom_events", "DEBUG") as logs:
+            h.tick(t0)
+            for delay in (0.1, 0.2):
+                h.w._run_due(h.now + delay - 0.001)
+                self.assertTrue(h.exists("bad.json"))
+                h.now += delay
+                h.w._run_due(h.now)
+                self.assertTrue(h.exists("bad.json"))
+            h.w._run_due(h.now + 0.399)
+            self.assertTrue(h.exists("bad.json"))
+            h.w._run_due(h.now + 0.4)
+        self.assertFalse(h.exists("bad.json"))
+        errors = [line for line in logs.output if line.startswith("ERROR")]
+        self.assertEqual(len(errors), 1)
+        self.assertIn("bad.json", errors[0])
+        self.assertIn("offset", errors[0])
+        self.assertNotIn("\n", errors[0])
+
+    def test_a_file_fixed_during_the_retries_is_scheduled(self):
+        h = Harness(self)
+        h.start()
+        h.write("w.json", '{"type": "immediate", "chan')  # the writer is mid-write
+        h.tick(h.now + 0.1)
+        (h.dir / "w.json").write_text(json.dumps(immediate(text="done writing")))
+        h.w._run_due(h.now + 0.1)  # the retry reads it again
+        h.run_workers()
+        self.assertEqual(h.texts(), ["done writing"])
+
+    def test_a_change_during_the_retries_starts_them_over(self):
+        h = Harness(self)
+        h.start()
+        h.write("w.json", "{")
+        h.tick(h.now + 0.1)
+        h.w._run_due(h.now + 0.1)
+        h.w._run_due(h.now + 0.3)  # two retries used
+        h.write("w.json", "{{")  # another bad version
+        h.tick(h.now + 0.35)
+        self.assertEqual(h.w._files["w.json"].attempts, 1)
+        h.advance(0.69)
+        self.assertTrue(h.exists("w.json"))
+        h.advance(0.02)
+        self.assertFalse(h.exists("w.json"))
+
+    def test_unreadable_file_is_logged_once_and_left_alone(self):
+        h = Harness(self)
+        h.write("secret.json", immediate())
+        denied = PermissionError(13, "Permission denied")
+        with mock.patch.object(mom_events, "_read_file", side_effect=denied), \
+                self.assertLogs("mom_events") as logs:
+            h.start()
+            for _ in range(5):
+                h.tick(h.now + 0.5)
+        errors = [line for line in logs.output if "secret.json" in line]
+        self.assertEqual(len(errors), 1)
+        self.assertIn("Permission denied", errors[0])
+        self.assertTrue(h.exists("secret.json"))
+        # once it changes (and can be read) it is handled
+        h.write("secret.json", immediate(text="readable now"))
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["readable now"])
+
+
+class NamesAndKindsTest(unittest.TestCase):
+    def test_other_names_are_ignored_and_never_touched(self):
+        h = Harness(self)
+        for name in (".hidden.json", "x.json.tmp", "x.json~", "notes.txt"):
+            h.write(name, immediate())
+        h.start()
+        h.tick(h.now + 1)
+        self.assertEqual(h.fired, [])
+        for name in (".hidden.json", "x.json.tmp", "x.json~", "notes.txt"):
+            self.assertTrue(h.exists(name))
+
+    def test_write_then_rename_into_place(self):
+        h = Harness(self)
+        h.start()
+        h.write("job.json.tmp", immediate(text="atomic"))
+        h.tick(h.now + 0.1)
+        os.rename(h.dir / "job.json.tmp", h.dir / "job.json")
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["atomic"])
+
+    def test_non_regular_entries_get_one_warning_and_are_kept(self):
+        h = Harness(self)
+        (h.dir / "dir.json").mkdir()
+        os.mkfifo(h.dir / "fifo.json")
+        os.symlink("/nonexistent/target", h.dir / "dangling.json")
+        os.symlink("loop.json", h.dir / "loop.json")
+        os.symlink("/dev/null", h.dir / "device.json")
+        sock = socket.socket(socket.AF_UNIX)
+        self.addCleanup(sock.close)
+        sock.bind(str(h.dir / "sock.json"))
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            h.start()
+            for _ in range(3):
+                h.tick(h.now + 0.2)
+        for name, kind in [("dir.json", "directory"), ("fifo.json", "FIFO"), ("dangling.json", "dangling"),
+                           ("loop.json", "loop"), ("device.json", "character device"), ("sock.json", "socket")]:
+            lines = [line for line in logs.output if name in line]
+            self.assertEqual(len(lines), 1, (name, logs.output))
+            self.assertIn(kind, lines[0])
+            self.assertTrue(os.path.lexists(h.dir / name), name)
+        self.assertEqual(h.fired, [])
+
+    def test_symlink_to_a_regular_file_counts_and_only_the_link_is_deleted(self):
+        h = Harness(self)
+        target = Path(tempfile.mkdtemp()) / "real.json"
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(target.parent)], check=False))
+        target.write_text(json.dumps(immediate(text="via link")))
+        h.start()
+        os.symlink(target, h.dir / "link.json")
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["via link"])
+        self.assertFalse(os.path.lexists(h.dir / "link.json"))
+        self.assertTrue(target.exists())
+
+
+class QueueTest(unittest.TestCase):
+    def hold_workers(self, h):
+        held = []
+        h.w._spawn = hold(held)
+        return held
+
+    def test_at_most_five_wait_and_the_rest_are_discarded_and_deleted(self):
+        h = Harness(self)
+        h.start()
+        held = self.hold_workers(h)
+        for i in range(7):
+            h.write(f"e{i}.json", immediate(text=str(i)), mtime=h.now + i)
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            h.tick(h.now + 0.1)
+        self.assertEqual(len(h.w._channels["C1"].waiting), 5)
+        self.assertFalse(h.exists("e5.json"))
+        self.assertFalse(h.exists("e6.json"))
+        self.assertTrue(any("e5.json" in line and "C1" in line for line in logs.output))
+        held.pop()()
+        self.assertEqual(h.texts(), ["0", "1", "2", "3", "4"])
+
+    def test_not_counting_the_running_one(self):
+        h = Harness(self)
+        h.start()
+        running = threading.Event()
+        release = threading.Event()
+
+        def slow(event):
+            running.set()
+            release.wait(10)
+            h.fired.append((h.now, event))
+
+        h.handler = slow
+        held = self.hold_workers(h)
+        h.write("first.json", immediate(text="first"))
+        h.tick(h.now + 0.1)
+        worker = threading.Thread(target=held.pop())
+        worker.start()
+        running.wait(10)
+        for i in range(6):
+            h.write(f"e{i}.json", immediate(text=str(i)), mtime=h.now + i)
+        with self.assertLogs("mom_events", "WARNING"):
+            h.tick(h.now + 0.1)
+        self.assertEqual(len(h.w._channels["C1"].waiting), 5)
+        release.set()
+        worker.join(10)
+        self.assertEqual(h.texts(), ["first", "0", "1", "2", "3", "4"])
+
+    def test_periodic_still_waiting_is_not_queued_twice(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("p.json", periodic("* * * * *"))
+        h.start()
+        held = self.hold_workers(h)
+        h.advance(60 * 5)
+        self.assertEqual(len(h.w._channels["C1"].waiting), 1)
+        held.pop()()
+        self.assertEqual(len(h.fired), 1)
+
+    def test_periodic_discarded_when_full_keeps_its_file(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.start()
+        held = self.hold_workers(h)
+        for i in range(5):
+            h.write(f"e{i}.json", immediate(text=str(i)))
+        h.write("p.json", periodic("* * * * *"))
+        h.tick(h.now + 0.1)
+        with self.assertLogs("mom_events", "WARNING"):
+            h.advance(60)
+        self.assertTrue(h.exists("p.json"))
+        held.pop()()
+        self.assertEqual(len(h.fired), 5)
+
+    def test_rm_cancels_an_occurrence_waiting_in_the_queue(self):
+        h = Harness(self)
+        h.start()
+        held = self.hold_workers(h)
+        h.write("a.json", immediate(text="a"), mtime=h.now)
+        h.write("b.json", immediate(text="b"), mtime=h.now + 1)
+        h.tick(h.now + 0.1)
+        (h.dir / "b.json").unlink()
+        h.tick(h.now + 0.1)
+        held.pop()()
+        self.assertEqual(h.texts(), ["a"])
+
+    def test_a_change_while_waiting_replaces_the_occurrence(self):
+        h = Harness(self)
+        h.start()
+        held = self.hold_workers(h)
+        h.write("a.json", immediate(text="old"))
+        h.tick(h.now + 0.1)
+        h.write("a.json", immediate(text="newer"))
+        h.tick(h.now + 0.1)
+        held.pop()()
+        self.assertEqual(h.texts(), ["newer"])
+
+    def test_channels_are_independent(self):
+        h = Harness(self)
+        h.start()
+        held = self.hold_workers(h)
+        for i in range(6):
+            h.write(f"a{i}.json", immediate("A", str(i)))
+        h.write("b.json", immediate("B", "b"))
+        with self.assertLogs("mom_events", "WARNING"):
+            h.tick(h.now + 0.1)
+        self.assertEqual(len(held), 2)  # a worker per busy channel
+        self.assertEqual(len(h.w._channels["B"].waiting), 1)
+
+
+class CallbackTest(unittest.TestCase):
+    def test_file_is_deleted_after_the_callback_not_before(self):
+        h = Harness(self)
+        seen = []
+        h.handler = lambda event: seen.append(h.exists(event.filename))
+        h.start()
+        h.write("a.json", immediate())
+        h.tick(h.now + 0.1)
+        self.assertEqual(seen, [True])
+        self.assertFalse(h.exists("a.json"))
+
+    def test_a_file_rewritten_during_its_callback_is_a_new_event(self):
+        h = Harness(self)
+
+        def rewrite(event):
+            h.fired.append((h.now, event))
+            if event.text == "first":
+                h.write("a.json", immediate(text="second time"))
+
+        h.handler = rewrite
+        h.start()
+        h.write("a.json", immediate(text="first"))
+        h.tick(h.now + 0.1)
+        self.assertTrue(h.exists("a.json"))
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["first", "second time"])
+        self.assertFalse(h.exists("a.json"))
+
+    def test_periodic_file_stays_after_running(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 59).timestamp())
+        h.write("p.json", periodic())
+        h.start()
+        h.advance(2)
+        self.assertEqual(len(h.fired), 1)
+        self.assertTrue(h.exists("p.json"))
+
+    def test_raising_callback_goes_to_on_error_and_the_file_is_deleted(self):
+        h = Harness(self)
+        boom = RuntimeError("agent crashed")
+
+        def handler(event):
+            if event.text == "bad":
+                raise boom
+            h.fired.append((h.now, event))
+
+        h.handler = handler
+        h.start()
+        h.write("a.json", immediate(text="bad"), mtime=h.now)
+        h.write("b.json", immediate(text="good"), mtime=h.now + 1)
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.errors, [("a.json", boom)])
+        self.assertEqual(h.texts(), ["good"])
+        self.assertFalse(h.exists("a.json"))
+        h.tick(h.now + 1)
+        self.assertEqual(len(h.errors), 1)  # no retry
+
+    def test_default_on_error_logs_the_traceback(self):
+        h = Harness(self, on_error=None)
+
+        def handler(event):
+            raise ValueError("nope")
+
+        h.handler = handler
+        h.start()
+        h.write("a.json", immediate())
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+        self.assertIn("a.json", logs.output[0])
+        self.assertIn("Traceback", logs.output[0])
+
+    def test_on_error_that_raises_is_logged_and_the_worker_goes_on(self):
+        def on_error(event, exc):
+            raise KeyError("posting failed")
+
+        h = Harness(self, on_error=on_error)
+
+        def handler(event):
+            if event.text == "bad":
+                raise RuntimeError("first")
+            h.fired.append((h.now, event))
+
+        h.handler = handler
+        h.start()
+        h.write("a.json", immediate(text="bad"), mtime=h.now)
+        h.write("b.json", immediate(text="good"), mtime=h.now + 1)
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+        self.assertTrue(any("on_error raised" in line for line in logs.output))
+        self.assertEqual(h.texts(), ["good"])
+
+    def test_delete_failure_is_logged_once_and_the_event_never_runs_again(self):
+        h = Harness(self)
+        h.start()
+        h.write("a.json", immediate())
+        denied = PermissionError(13, "Permission denied")
+        with mock.patch("mom_events.os.unlink", side_effect=denied), self.assertLogs("mom_events") as logs:
+            h.tick(h.now + 0.1)
+            for _ in range(5):
+                h.tick(h.now + 1)
+                h.w._recheck("a.json", h.now)
+        self.assertEqual(len(h.fired), 1)
+        self.assertEqual(len([line for line in logs.output if "cannot delete" in line]), 1)
+        self.assertTrue(h.exists("a.json"))
+
+
+class SubmitTest(unittest.TestCase):
+    def test_submit_runs_when_idle_and_is_refused_while_busy(self):
+        h = Harness(self)
+        h.start()
+        held = []
+        h.w._spawn = hold(held)
+        ran = []
+        self.assertTrue(h.w.submit("C1", lambda: ran.append("user")))
+        self.assertFalse(h.w.submit("C1", lambda: ran.append("second")))
+        self.assertTrue(h.w.submit("C2", lambda: ran.append("other channel")))
+        for worker in held:
+            worker()
+        self.assertEqual(ran, ["user", "other channel"])
+        self.assertTrue(h.w.submit("C1", lambda: ran.append("again")))
+
+    def test_submit_is_refused_while_an_event_waits(self):
+        h = Harness(self)
+        h.start()
+        h.w._spawn = hold([])
+        h.write("a.json", immediate())
+        h.tick(h.now + 0.1)
+        self.assertFalse(h.w.submit("C1", lambda: None))
+
+    def test_a_raising_submitted_function_is_logged(self):
+        h = Harness(self)
+        h.start()
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.w.submit("C1", lambda: 1 / 0)
+            h.run_workers()
+        self.assertIn("C1", logs.output[0])
+
+
+class ClockStepTest(unittest.TestCase):
+    def test_backward_step_fires_nothing_twice(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("p.json", periodic("*/15 * * * *"))
+        h.write("o.json", one_shot(utc(2025, 1, 1, 9, 20).timestamp()))
+        h.start()
+        h.advance(15 * 60)  # 09:15:30: the periodic ran at 09:15
+        self.assertEqual(len(h.fired), 1)
+        h.tick(utc(2025, 1, 1, 8, 5).timestamp())  # stepped back over an hour
+        h.advance(55 * 60)  # to 09:00: nothing it already did
+        self.assertEqual(len(h.fired), 1)
+        h.advance(20 * 60 + 30)  # to 09:20:30
+        self.assertEqual(h.names(), ["p.json", "o.json"])
+        self.assertEqual([t for t, _ in h.fired][1], utc(2025, 1, 1, 9, 20).timestamp())
+
+    def test_forward_step_fires_what_is_due_once(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("p.json", periodic("*/15 * * * *"))
+        h.write("o.json", one_shot(utc(2025, 1, 1, 9, 20).timestamp()))
+        h.start()
+        h.tick(utc(2025, 1, 2, 9, 0, 30).timestamp())  # a day later: suspended host
+        self.assertEqual(sorted(h.names()), ["o.json", "p.json"])
+
+    def test_the_step_is_logged(self):
+        h = Harness(self)
+        h.w._anchor = (1000.0, 50.0)
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            h.w._notice_clock_step(4600.0, 51.0)
+        self.assertIn("forward by 3599.0 s", logs.output[0])
+
+
+# ---------------------------------------------------------------------------
+# End to end: the real thread and real files
+# ---------------------------------------------------------------------------
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+class EndToEndTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_e2e_"))
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+
+    def test_one_shot_and_immediate_fire_on_time(self):
+        fired = []
+        with EventsWatcher(self.dir, lambda e: fired.append((time.time(), e)), poll_interval=0.05):
+            due = time.time() + 0.5
+            (self.dir / "soon.json").write_text(json.dumps(one_shot(due)))
+            (self.dir / "now.json").write_text(json.dumps(immediate(text="now")))
+            self.assertTrue(wait_for(lambda: len(fired) == 2))
+        self.assertEqual([e.filename for _, e in fired], ["now.json", "soon.json"])
+        self.assertGreaterEqual(fired[1][0], due)
+        self.assertTrue(wait_for(lambda: not any(self.dir.iterdir())))
+
+    def test_one_at_a_time_per_channel_concurrent_across_channels(self):
+        active, peak, order = {}, {}, []
+        lock = threading.Lock()
+
+        def handler(event):
+            with lock:
+                active[event.channel_id] = active.get(event.channel_id, 0) + 1
+                peak[event.channel_id] = max(peak.get(event.channel_id, 0), active[event.channel_id])
+                peak["all"] = max(peak.get("all", 0), sum(active.values()))
+            time.sleep(0.2)
+            with lock:
+                active[event.channel_id] -= 1
+                order.append(event.text)
+
+        with EventsWatcher(self.dir, handler, poll_interval=0.05):
+            for i in range(3):
+                (self.dir / f"a{i}.json").write_text(json.dumps(immediate("A", f"a{i}")))
+                (self.dir / f"b{i}.json").write_text(json.dumps(immediate("B", f"b{i}")))
+                time.sleep(0.01)
+            self.assertTrue(wait_for(lambda: len(order) == 6))
+        self.assertEqual(peak["A"], 1)
+        self.assertEqual(peak["B"], 1)
+        self.assertEqual(peak["all"], 2)
+        self.assertEqual([t for t in order if t.startswith("a")], ["a0", "a1", "a2"])
+
+    def test_stop_waits_for_running_callbacks_and_names_those_still_running(self):
+        release = threading.Event()
+        started = threading.Event()
+
+        def handler(event):
+            started.set()
+            if event.channel_id == "hang":
+                release.wait(30)
+
+        w = EventsWatcher(self.dir, handler, poll_interval=0.05).start()
+        (self.dir / "h.json").write_text(json.dumps(immediate("hang", "x")))
+        self.assertTrue(started.wait(10))
+        t0 = time.monotonic()
+        self.assertEqual(w.stop(timeout=0.3), ["hang"])
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertTrue((self.dir / "h.json").exists())
+        release.set()
+        self.assertTrue(wait_for(lambda: not (self.dir / "h.json").exists()))
+
+    def test_stop_leaves_queued_files_in_place(self):
+        release = threading.Event()
+        w = EventsWatcher(self.dir, lambda e: release.wait(30), poll_interval=0.05).start()
+        for i in range(3):
+            (self.dir / f"q{i}.json").write_text(json.dumps(immediate(text=str(i))))
+            os.utime(self.dir / f"q{i}.json", (time.time() + i, time.time() + i))
+        self.assertTrue(wait_for(lambda: w._channels.get("C1") and w._channels["C1"].running))
+        time.sleep(0.2)
+        release.set()
+        self.assertEqual(w.stop(timeout=10), [])
+        remaining = sorted(p.name for p in self.dir.iterdir())
+        self.assertEqual(remaining, ["q1.json", "q2.json"])
+
+    def test_no_thread_is_left_behind(self):
+        before = threading.active_count()
+        for _ in range(20):
+            with EventsWatcher(self.dir, lambda e: None, poll_interval=0.01) as w:
+                w.submit("C", lambda: None)
+        self.assertTrue(wait_for(lambda: threading.active_count() <= before, 5))
+
+
+# ---------------------------------------------------------------------------
+# The CLI in a subprocess
+# ---------------------------------------------------------------------------
+
+
+class CliTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_cli_"))
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+
+    def start(self, *args, cwd=None):
+        proc = subprocess.Popen([sys.executable, str(HERE / "mom_events.py"), *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        return proc
+
+    def wait_watching(self, proc):
+        line = proc.stderr.readline()
+        self.assertIn("watching", line)
+        return line
+
+    def test_prints_one_line_per_event_and_stops_cleanly_on_sigterm(self):
+        events = self.dir / "events"
+        proc = self.start(str(events))
+        line = self.wait_watching(proc)
+        self.assertIn(str(events), line)
+        self.assertIn("0 events scheduled", line)
+        (events / "dentist.json").write_text(json.dumps(one_shot(time.time() + 0.3, "C123ABC", "Remind Mario")))
+        out = proc.stdout.readline()
+        stamp, channel, message = out.rstrip("\n").split(" ", 2)
+        self.assertEqual(channel, "C123ABC")
+        self.assertTrue(message.startswith("[EVENT:dentist.json:one-shot:"))
+        self.assertTrue(message.endswith("] Remind Mario"))
+        fired = datetime.fromisoformat(stamp)
+        self.assertIsNotNone(fired.tzinfo)
+        self.assertRegex(stamp, r"\.\d{3}[+-]\d\d:\d\d$")
+        self.assertLess(abs(fired.timestamp() - time.time()), 10)
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(10), 0)
+
+    def test_json_lines_and_sigint(self):
+        proc = self.start(str(self.dir), "--json", "--poll", "0.05")
+        self.wait_watching(proc)
+        (self.dir / "hook.json").write_text(json.dumps(immediate("C9", "New ticket")))
+        record = json.loads(proc.stdout.readline())
+        self.assertEqual(set(record), {"firedAt", "filename", "type", "channelId", "text", "message",
+                                       "at", "schedule", "timezone"})
+        self.assertEqual(record["message"], "[EVENT:hook.json:immediate] New ticket")
+        self.assertEqual((record["at"], record["schedule"], record["timezone"]), (None, None, None))
+        self.assertRegex(record["firedAt"], r"T\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$")
+        proc.send_signal(signal.SIGINT)
+        self.assertEqual(proc.wait(10), 0)
+
+    def test_default_directory_is_events(self):
+        (self.dir / "events").mkdir()
+        (self.dir / "events" / "p.json").write_text(json.dumps(periodic("0 9 * * *")))
+        proc = self.start(cwd=self.dir)
+        self.assertIn("1 events scheduled", self.wait_watching(proc))
+        proc.terminate()
+        self.assertEqual(proc.wait(10), 0)
+
+    def test_quiet_hides_info_and_logs_go_to_stderr(self):
+        proc = self.start(str(self.dir), "-q")
+        (self.dir / "bad.json").write_text("{")
+        (self.dir / "ok.json").write_text(json.dumps(immediate(text="ok")))
+        self.assertIn("ok.json", proc.stdout.readline())
+        time.sleep(1.2)  # the bad file's retries end in an error line
+        proc.terminate()
+        self.assertEqual(proc.wait(10), 0)
+        err = proc.stderr.read()
+        self.assertNotIn("watching", err)
+        self.assertIn("bad.json: invalid JSON", err)
+
+    def test_bad_poll_is_a_usage_error(self):
+        proc = self.start(str(self.dir), "--poll", "0")
+        self.assertEqual(proc.wait(10), 2)
+        self.assertIn("--poll", proc.stderr.read())
+
+    def test_version(self):
+        result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), "--version"],
+                                capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.stdout.strip(), f"mom_events {mom_events.__version__}")
+
+    def test_shipped_example_is_a_valid_every_minute_event(self):
+        files = sorted((HERE / "events").glob("*.json"))
+        self.assertTrue(files)
+        for path in files:
+            event = parse_event(path.read_bytes(), path.name)
+            self.assertEqual(event.type, "periodic")
+            first = next_fire(event.schedule, event.timezone, utc(2025, 1, 1, 9, 0, 30))
+            self.assertEqual(next_fire(event.schedule, event.timezone, first) - first, timedelta(minutes=1))
+
+
+if __name__ == "__main__":
+    unittest.main()
