@@ -684,9 +684,7 @@ class EventsWatcher:
             self._stopping = True
             for channel in self._channels.values():
                 for job in channel.waiting:
-                    f = self._files.get(job.event.filename) if job.event else None
-                    if f is not None and f.queued is job:
-                        f.queued = None
+                    self._unqueued(job)
                 channel.waiting.clear()
             self._cond.notify_all()
         me = threading.current_thread()
@@ -951,6 +949,12 @@ class EventsWatcher:
         f.queued = job
         self._kick(channel)
 
+    def _unqueued(self, job: _Job) -> None:
+        """The job left its queue (started or dropped): its file no longer waits."""
+        f = self._files.get(job.event.filename) if job.event else None
+        if f is not None and f.queued is job:
+            f.queued = None
+
     def _kick(self, channel: _Channel) -> None:
         if channel.worker is None and not self._stopping:
             channel.worker = self._spawn(lambda: self._drain(channel))
@@ -976,9 +980,7 @@ class EventsWatcher:
                     return
                 job = channel.waiting.popleft()
                 channel.running = job
-                f = self._files.get(job.event.filename) if job.event else None
-                if f is not None and f.queued is job:
-                    f.queued = None
+                self._unqueued(job)
             self._execute(job)
 
     def _execute(self, job: _Job) -> None:
