@@ -22,6 +22,7 @@ events; it is imported when the first periodic event is parsed.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import heapq
 import itertools
@@ -29,8 +30,10 @@ import json
 import logging
 import math
 import os
+import selectors
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -41,7 +44,7 @@ from functools import lru_cache
 from typing import Callable, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["Event", "EventError", "EventsWatcher", "next_fire", "parse_event"]
+__all__ = ["Event", "EventError", "EventsWatcher", "events_prompt", "next_fire", "parse_event"]
 __version__ = "0.1.0"
 
 log = logging.getLogger("mom_events")
@@ -564,6 +567,49 @@ def _digest(data: bytes) -> bytes:
 
 
 # ---------------------------------------------------------------------------
+# One harness per directory: two would fire every event twice
+# ---------------------------------------------------------------------------
+
+_LOCK_NAME = ".mom_events.lock"  # a dotfile, so never an event
+
+
+def _directory_id(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino)
+
+
+class _DirectoryLock:
+    """An advisory ``flock`` on ``DIR/.mom_events.lock`` holding the owner's
+    PID.  The kernel drops it when the process dies, even by SIGKILL, so a
+    crash never leaves a stale lock behind; the file itself stays."""
+
+    def __init__(self, directory: str):
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self.directory_id = _directory_id(os.fstat(dir_fd))
+            fd = os.open(_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            who = f"process {holder}" if holder.isdigit() else "another process"
+            raise EventError(None, f"{directory} is already watched by {who} (lock file {_LOCK_NAME})") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: Optional[int] = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = None
+
+
+# ---------------------------------------------------------------------------
 # The watcher: scheduler heap, channel queues, and the files that feed them
 # ---------------------------------------------------------------------------
 
@@ -606,6 +652,11 @@ class _Channel:
     worker: object = None             # the thread draining the queue, if any
 
 
+class _Interrupted(Exception):
+    """Raised by a handler that was cut short at shutdown: the event did not
+    run to its end, so its file is kept for the next start."""
+
+
 def _log_error(event: Event, exc: BaseException) -> None:
     log.error("%s: handler failed: %s", event.filename, exc, exc_info=exc)
 
@@ -645,6 +696,8 @@ class EventsWatcher:
         self._started_at: Optional[float] = None
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
+        self._lock: Optional[_DirectoryLock] = None
+        self._on_halt: Callable[[str], object] = lambda reason: None  # the CLI exits on it
         self._dir_trouble: Optional[str] = None
         self._anchor = (0.0, 0.0)             # (wall, monotonic) at the last wake
         self._spawn = self._start_worker      # tests replace it to run workers by hand
@@ -652,12 +705,14 @@ class EventsWatcher:
     # -- public API ---------------------------------------------------------
 
     def start(self) -> "EventsWatcher":
-        """Scan the directory, act on what is there, and start the scheduler
-        thread.  Returns once the start-up scan is done."""
+        """Take the directory's lock, scan it, act on what is there, and start
+        the scheduler thread.  Returns once the start-up scan is done.  Raises
+        EventError naming the process when another harness watches it."""
         with self._cond:
             if self._started_at is not None:
                 raise RuntimeError("an EventsWatcher can be started only once")
             os.makedirs(self.events_dir, exist_ok=True)
+            self._lock = _DirectoryLock(self.events_dir)
             self._startup(self._clock())
             self._thread = threading.Thread(target=self._run, name="mom_events-scheduler", daemon=True)
             self._thread.start()
@@ -679,14 +734,9 @@ class EventsWatcher:
     def stop(self, timeout: float = 30) -> list[str]:
         """Stop scheduling, drop what waits in the queues (the files stay), and
         wait up to ``timeout`` seconds for running callbacks.  Returns the
-        channels still running then."""
+        channels still running then (their files are deleted if they finish)."""
         with self._cond:
-            self._stopping = True
-            for channel in self._channels.values():
-                for job in channel.waiting:
-                    self._unqueued(job)
-                channel.waiting.clear()
-            self._cond.notify_all()
+            self._stop_scheduling()
         me = threading.current_thread()
         if self._thread is not None and self._thread is not me:
             self._thread.join()
@@ -696,14 +746,31 @@ class EventsWatcher:
                 busy = sorted(c.id for c in self._channels.values() if c.worker is not None and c.worker is not me)
                 remaining = deadline - time.monotonic()
                 if not busy or remaining <= 0:
-                    return busy
+                    break
                 self._cond.wait(remaining)
+            if self._lock is not None:
+                self._lock.release()
+            return busy
 
     def __enter__(self) -> "EventsWatcher":
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+    def _stop_scheduling(self) -> None:
+        self._stopping = True
+        for channel in self._channels.values():
+            for job in channel.waiting:
+                self._unqueued(job)
+            channel.waiting.clear()
+        self._cond.notify_all()
+
+    def _halt(self, reason: str) -> None:
+        """Stop for good from inside: the harness can no longer do its job."""
+        log.error("%s; stopping", reason)
+        self._stop_scheduling()
+        self._on_halt(reason)
 
     # -- the scheduler thread -----------------------------------------------
 
@@ -764,6 +831,8 @@ class EventsWatcher:
     # -- polling: what changed in the directory -------------------------------
 
     def _poll(self, now: float, startup: bool = False) -> None:
+        if self._lock is not None and not self._relock():
+            return
         try:
             snapshot = _scan(self.events_dir)
         except (FileNotFoundError, NotADirectoryError) as exc:
@@ -784,6 +853,28 @@ class EventsWatcher:
             self._changed(snapshot[name], name, now, startup)
         for name in list(self._racy):
             self._recheck(name, now)
+
+    def _relock(self) -> bool:
+        """A directory deleted and made again is a new directory: take its lock
+        before handling any file in it.  False: do not look at it."""
+        try:
+            st = os.stat(self.events_dir)
+        except OSError:
+            return True  # the scan reports it
+        if not stat.S_ISDIR(st.st_mode) or _directory_id(st) == self._lock.directory_id:
+            return True
+        try:
+            lock = _DirectoryLock(self.events_dir)
+        except EventError as exc:
+            self._halt(str(exc))
+            return False
+        except OSError as exc:
+            self._directory_trouble(f"cannot be locked ({exc.strerror})")
+            return False
+        self._lock.release()
+        self._lock = lock
+        log.info("events directory %s was made anew; took its lock", self.events_dir)
+        return True
 
     def _directory_trouble(self, problem: str) -> None:
         if self._dir_trouble != problem:
@@ -967,12 +1058,12 @@ class EventsWatcher:
     def _drain(self, channel: _Channel) -> None:
         """A channel's worker: run its jobs one at a time, then go away, so an
         idle channel holds no thread."""
-        job = None
+        job, finished = None, False
         while True:
             with self._cond:
                 if job is not None:
                     channel.running = None
-                    if job.event is not None and job.event.type != "periodic":
+                    if finished and job.event is not None and job.event.type != "periodic":
                         self._delete_after_run(job)
                 if self._stopping or not channel.waiting:
                     channel.worker = None
@@ -981,23 +1072,28 @@ class EventsWatcher:
                 job = channel.waiting.popleft()
                 channel.running = job
                 self._unqueued(job)
-            self._execute(job)
+            finished = self._execute(job)
 
-    def _execute(self, job: _Job) -> None:
-        """Run one job; whatever it raises is reported, never propagated."""
+    def _execute(self, job: _Job) -> bool:
+        """Run one job; whatever it raises is reported, never propagated.
+        False when it was cut short at shutdown, so its file stays."""
         try:
             if job.event is None:
                 job.fn()
             else:
                 self._handler(job.event)
+        except _Interrupted as exc:
+            log.warning("%s: %s; its file stays", job.event.filename if job.event else job.channel, exc)
+            return False
         except BaseException as exc:  # no worker ever dies
             if job.event is None:
                 log.error("function submitted to channel %s raised: %s", job.channel, exc, exc_info=exc)
-                return
+                return True
             try:
                 self._on_error(job.event, exc)
             except BaseException as second:
                 log.error("%s: on_error raised: %s", job.event.filename, second, exc_info=second)
+        return True
 
     # -- deleting files --------------------------------------------------------
 
@@ -1040,12 +1136,165 @@ class EventsWatcher:
 
 
 # ---------------------------------------------------------------------------
+# The agent's manual: what to put in its system prompt
+# ---------------------------------------------------------------------------
+
+
+def _host_timezone() -> Optional[str]:
+    """The host's IANA timezone name, from ``TZ``, ``/etc/localtime`` or
+    ``/etc/timezone``; None when none of them names one."""
+    candidates = [os.environ.get("TZ", "").removeprefix(":"),
+                  os.path.realpath("/etc/localtime").partition("/zoneinfo/")[2]]
+    try:
+        with open("/etc/timezone", encoding="utf-8") as file:
+            candidates.append(file.read().strip())
+    except (OSError, UnicodeDecodeError):
+        pass
+    for name in candidates:
+        if name and not name.startswith("/"):
+            try:
+                _zone(name)
+                return name
+            except _CronError:
+                continue
+    return None
+
+
+def _offset_text(offset: timedelta) -> str:
+    minutes = round(offset.total_seconds() / 60)
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+_PROMPT = """\
+## Scheduled events
+
+You can wake yourself up later. An event is a small JSON file in `{dir}/`. A harness watches that
+directory and, when an event is due, sends you its `text` as a new message in the event's channel.
+Files are the whole interface: write one to schedule, `rm` it to cancel.{which_channel}
+
+### The three types
+
+**immediate**: runs as soon as the harness sees the file. For scripts, webhooks and watchers that
+report that something happened.
+```json
+{immediate}
+```
+
+**one-shot**: runs once, at `at` (ISO 8601 with a UTC offset). For reminders.
+```json
+{one_shot}
+```
+
+**periodic**: runs on a cron schedule in an IANA timezone until you delete the file. For recurring work.
+```json
+{periodic}
+```
+
+Immediate and one-shot files delete themselves once they have run. A one-shot whose time has already
+passed when the harness sees it is deleted without running. Periodic files stay until you remove them.
+
+### Cron schedules
+
+Five fields, `minute hour day-of-month month day-of-week`, read in the event's `timezone`:
+- `0 9 * * *`: every day at 09:00
+- `0 9 * * 1-5`: weekdays at 09:00
+- `30 14 * * 1`: Mondays at 14:30
+- `0 0 1 * *`: the first of every month at midnight
+- `*/15 * * * *`: every 15 minutes
+
+Six fields put seconds first. `@hourly`, `@daily`, `@weekly`, `@monthly` and `@yearly` work too.
+
+### Timezones
+
+The harness runs in {tz_text}. When someone gives a time without a timezone, assume {tz}.
+Every `at` needs an explicit offset (`+01:00`, `-05:00` or `Z`), and it must be the offset in force on
+that date (daylight saving changes it). `timezone` in a periodic event is an IANA name such as `{tz}`.
+
+### Creating, listing, inspecting, cancelling
+
+Write under a temporary name, then `mv` it into place, so the harness never reads a half-written file
+(names that do not end in `.json`, or that start with `.`, are ignored):
+```bash
+cat > {dir}/.dentist.json.tmp <<'JSON'
+{one_shot}
+JSON
+mv {dir}/.dentist.json.tmp {dir}/dentist.json
+```
+- The filename is the event's identity: pick a short, unique, descriptive one.
+- List: `ls {dir}/*.json`. Inspect: `cat {dir}/dentist.json`.
+- Cancel: `rm {dir}/dentist.json` (this also cancels a run still waiting its turn).
+- Change: write the file again the same way; its old schedule is dropped.
+- Check right after writing: `python mom_events.py {dir} --check` prints one line per file with its
+  next run, or the reason it is invalid. The harness deletes an invalid file.
+
+### What you will receive
+
+```
+[EVENT:dentist.json:one-shot:{at}] Remind Mario about the dentist at 10:00
+```
+Immediate events arrive as `[EVENT:name.json:immediate] text`, periodic ones as
+`[EVENT:name.json:periodic:0 9 * * 1-5] text`. Write `text` as an instruction to your future self:
+what to do, for whom, and where to find what you will need.
+
+### Limits and debouncing
+
+Each channel runs one event at a time, and at most 5 more can wait their turn; beyond that an event is
+discarded (and an immediate or one-shot file deleted). A program that writes an immediate event per
+email or per webhook call will flood the queue. Debounce instead: let it append the items to a file
+and write the event only when none is pending; when you wake, read all the items:
+```bash
+echo "$ITEM" >> {dir}/.inbox-items
+[ -e {dir}/inbox.json ] || {{
+  echo '{{"type": "immediate", "channelId": "{channel}", "text": "New items in {dir}/.inbox-items"}}' \\
+    > {dir}/.inbox.json.tmp && mv {dir}/.inbox.json.tmp {dir}/inbox.json; }}
+```
+Or let it write a one-shot a few minutes ahead, so that a burst becomes a single wake-up.
+"""
+
+
+def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Optional[str] = None) -> str:
+    """A Markdown section for an agent's system prompt that teaches it to
+    schedule, inspect and cancel its own events.  ``timezone`` is the one the
+    agent should assume (default: the host's); an unknown name raises
+    ValueError."""
+    directory = os.fspath(events_dir).rstrip("/") or "/"
+    if timezone is None:
+        timezone = _host_timezone()
+        tz_text = timezone
+        if timezone is None:  # no IANA name to be found: state the offset, use UTC in examples
+            timezone = "UTC"
+            tz_text = f"UTC{_offset_text(datetime.now().astimezone().utcoffset())} (no IANA name is known)"
+    else:
+        tz_text = timezone
+    try:
+        zone = _zone(timezone)
+    except _CronError as exc:
+        raise ValueError(str(exc)) from None
+    channel = channel_id or "CHANNEL_ID"
+    tomorrow = datetime.now(zone).date() + timedelta(days=1)
+    at = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 9, tzinfo=zone).isoformat()
+
+    def example(kind: str, **fields) -> str:
+        return json.dumps({"type": kind, "channelId": channel, **fields}, ensure_ascii=False)
+
+    return _PROMPT.format(
+        dir=directory, tz=timezone, tz_text=tz_text, at=at, channel=channel,
+        which_channel="" if channel_id else
+        "\nPut the ID of the channel the event should wake you in into `channelId`.",
+        immediate=example("immediate", text="New GitHub issue opened: #42"),
+        one_shot=example("one-shot", text="Remind Mario about the dentist at 10:00", at=at),
+        periodic=example("periodic", text="Check the inbox and post a summary",
+                         schedule="0 9 * * 1-5", timezone=timezone))
+
+
+# ---------------------------------------------------------------------------
 # The command line
 # ---------------------------------------------------------------------------
 
 
-def _local_iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec="milliseconds")
+def _local_iso(timestamp: float, timespec: str = "milliseconds") -> str:
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec=timespec)
 
 
 def _event_json(event: Event, fired_at: float) -> str:
@@ -1073,14 +1322,225 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
     return handler
 
 
-def _positive_seconds(text: str) -> float:
+# -- --exec: one command per event ------------------------------------------
+
+_KILL_AFTER = 5.0      # seconds between SIGTERM and SIGKILL for a command's group
+_LINE_LIMIT = 1 << 16  # a longer line of command output is logged in pieces
+
+
+class _CommandFailed(Exception):
+    """The --exec command exited non-zero, died of a signal, or timed out."""
+
+
+class _Commands:
+    """Runs ``/bin/sh -c CMD`` for each event, in a process group of its own,
+    with the message on stdin and the event in the environment (never on the
+    command line).  Its output is logged line by line, prefixed with the
+    event's file name; the harness's stdout stays the clean stream of events."""
+
+    def __init__(self, command: str, timeout: Optional[float]):
+        self.command = command
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._deadlines: dict[subprocess.Popen, float] = {}  # when to send SIGTERM
+        self._stopped = False
+
+    def __call__(self, event: Event) -> None:
+        env = dict(os.environ, MOM_EVENT_FILE=event.filename, MOM_EVENT_TYPE=event.type,
+                   MOM_EVENT_CHANNEL=event.channel_id, MOM_EVENT_TEXT=event.text,
+                   MOM_EVENT_MESSAGE=event.message,
+                   MOM_EVENT_SCHEDULE=event.at or event.schedule or "immediate")
+        with self._lock:
+            if self._stopped:
+                raise _Interrupted("not started: the harness is shutting down")
+            try:
+                proc = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                        start_new_session=True)
+            except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the text
+                raise _CommandFailed(f"cannot start the command: {exc}") from None
+            self._deadlines[proc] = time.monotonic() + self.timeout if self.timeout else math.inf
+        try:
+            killed = self._supervise(proc, event)
+        finally:
+            with self._lock:
+                del self._deadlines[proc]
+        if killed == "shutdown":
+            raise _Interrupted("command stopped at shutdown")
+        if killed:
+            raise _CommandFailed(f"timed out after {self.timeout:g} s")
+        if proc.returncode < 0:
+            raise _CommandFailed(f"killed by signal {signal.Signals(-proc.returncode).name}")
+        if proc.returncode > 0:
+            raise _CommandFailed(f"exit status {proc.returncode}")
+
+    def stop_all(self) -> None:
+        """Shutdown's grace ran out: SIGTERM to every running command's group
+        now (SIGKILL 5 s later), and start no new one."""
+        with self._lock:
+            self._stopped = True
+            for proc in self._deadlines:
+                self._deadlines[proc] = -math.inf
+
+    def _supervise(self, proc: subprocess.Popen, event: Event) -> Optional[str]:
+        """Feed stdin, log output, enforce the deadline; wait for the exit.
+        Returns None, "timeout" or "shutdown" (why we killed it)."""
+        pending = (event.message + "\n").encode("utf-8", "surrogateescape")
+        streams = {proc.stdout.fileno(): (logging.INFO, bytearray()),
+                   proc.stderr.fileno(): (logging.WARNING, bytearray())}
+        killed, kill_at = None, math.inf
+        with selectors.DefaultSelector() as selector:
+            os.set_blocking(proc.stdin.fileno(), False)
+            selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+            for fd in streams:
+                selector.register(fd, selectors.EVENT_READ)
+            while True:
+                now = time.monotonic()
+                with self._lock:
+                    deadline = self._deadlines[proc]
+                if killed is None and now >= deadline:
+                    killed = "shutdown" if deadline == -math.inf else "timeout"
+                    kill_at = now + _KILL_AFTER
+                    _signal_group(proc, signal.SIGTERM)
+                elif now >= kill_at:
+                    _signal_group(proc, signal.SIGKILL)
+                    kill_at = math.inf
+                exited = proc.poll() is not None
+                if exited and not selector.get_map():
+                    break
+                # Tick at 0.1 s while a command runs: to notice its exit even if a
+                # child it left behind holds the pipes open, and the deadline.
+                ready = selector.select(0 if exited else 0.1) if selector.get_map() else []
+                if not selector.get_map() and not exited:
+                    try:
+                        proc.wait(0.1)
+                    except subprocess.TimeoutExpired:
+                        pass
+                if exited and not ready:
+                    break  # gone; anything still holding its pipes is not ours to wait for
+                for key, _ in ready:
+                    if key.events & selectors.EVENT_WRITE:
+                        pending = self._feed(selector, proc.stdin, pending)
+                    else:
+                        self._relay(selector, key.fd, streams[key.fd], event.filename)
+        for level, buffer in streams.values():
+            if buffer:
+                log.log(level, "%s: %s", event.filename, buffer.decode("utf-8", "backslashreplace"))
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            pipe.close()
+        proc.wait()
+        return killed
+
+    @staticmethod
+    def _feed(selector: selectors.BaseSelector, pipe, pending: bytes) -> bytes:
+        try:
+            pending = pending[os.write(pipe.fileno(), pending):]
+        except BrokenPipeError:  # the command does not read its stdin: fine
+            pending = b""
+        if not pending:  # all written: close it, so the command sees the end
+            selector.unregister(pipe.fileno())
+            pipe.close()
+        return pending
+
+    @staticmethod
+    def _relay(selector: selectors.BaseSelector, fd: int, stream: tuple, filename: str) -> None:
+        level, buffer = stream
+        chunk = os.read(fd, _LINE_LIMIT)
+        if not chunk:
+            selector.unregister(fd)
+            return
+        buffer += chunk
+        while True:
+            end = buffer.find(b"\n")
+            if end < 0 and len(buffer) < _LINE_LIMIT:
+                return
+            cut = end if end >= 0 else _LINE_LIMIT
+            line = bytes(buffer[:cut]).rstrip(b"\r")
+            del buffer[:cut + (end >= 0)]
+            log.log(level, "%s: %s", filename, line.decode("utf-8", "backslashreplace"))
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _report(event: Event, exc: BaseException) -> None:
+    """The CLI's on_error: a failed command is one line, anything else a traceback."""
+    if isinstance(exc, _CommandFailed):
+        log.error("%s: command failed: %s", event.filename, exc)
+    else:
+        _log_error(event, exc)
+
+
+# -- --check: lint the directory ---------------------------------------------
+
+
+def _check_line(directory: str, name: str, now: float) -> tuple[bool, str]:
+    """One file's verdict, as the harness would see it now, touching nothing."""
+    entry = _stat_entry(os.path.join(directory, name))
+    if entry is None:
+        return True, f"{name}: gone while checking"
+    if entry.sig is None:
+        return False, f"{name}: ignored: it is a {entry.kind}, not a regular file"
+    try:
+        event = parse_event(_read_file(os.path.join(directory, name)), name)
+    except EventError as exc:
+        return False, str(exc)
+    except _NotRegular as exc:
+        return False, f"{name}: ignored: it is a {exc}, not a regular file"
+    except OSError as exc:
+        return False, f"{name}: cannot be read ({exc.strerror or exc})"
+    if event.type == "immediate":
+        when = "on arrival"
+    elif event.type == "one-shot":
+        due = _parse_at(event.at, name).timestamp()
+        when = _local_iso(due, "seconds") if due > now else "never (its time has passed)"
+    else:
+        when = _local_iso(_next_fire_ts(event, now), "seconds")
+    return True, f"{name}: ok: {event.type} on channel {event.channel_id}, next {when}"
+
+
+def _check(directory: str) -> int:
+    """--check: one line per event file; 0 when every one is valid."""
+    try:
+        with os.scandir(directory) as entries:
+            names = sorted(entry.name for entry in entries if _is_event_name(entry.name))
+    except OSError as exc:
+        log.error("cannot check %s: %s", directory, exc.strerror or exc)
+        return 1
+    now, bad = time.time(), 0
+    for name in names:
+        ok, line = _check_line(directory, name, now)
+        bad += not ok
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    log.info("%d event files in %s: %d valid, %d not", len(names), directory, len(names) - bad, bad)
+    return 1 if bad else 0
+
+
+# -- arguments and main -------------------------------------------------------
+
+
+def _seconds(text: str, zero_ok: bool = False) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    if not (math.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
+        raise argparse.ArgumentTypeError(f"must be a {'non-negative' if zero_ok else 'positive'} "
+                                         f"number of seconds: {text!r}")
     return value
+
+
+def _timezone_name(text: str) -> str:
+    try:
+        _zone(text)
+    except _CronError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -1089,13 +1549,35 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
         description="Watch a directory of JSON event files and print each event when it is due.")
     parser.add_argument("dir", nargs="?", default="events", help="the events directory (default: events)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per event instead of a text line")
-    parser.add_argument("--poll", type=_positive_seconds, default=0.1, metavar="SECONDS",
+    parser.add_argument("--poll", type=_seconds, default=0.1, metavar="SECONDS",
                         help="how often to look at the directory (default: 0.1)")
+    parser.add_argument("--exec", metavar="CMD", dest="command",
+                        help="run CMD with /bin/sh -c for each event, one at a time per channel: the message "
+                             "on stdin, the event in MOM_EVENT_* variables; its output goes to the log")
+    parser.add_argument("--exec-timeout", type=_seconds, metavar="SECONDS",
+                        help="a command running longer is stopped (SIGTERM, SIGKILL 5 s later) and counts as "
+                             "failed (default: no limit)")
+    parser.add_argument("--grace", type=lambda text: _seconds(text, zero_ok=True), default=30.0, metavar="SECONDS",
+                        help="on SIGTERM or SIGINT, how long running events may take to finish (default: 30)")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--check", action="store_true",
+                       help="validate every event file, print one line each and exit (0: all valid); "
+                            "touches nothing and works beside a running harness")
+    modes.add_argument("--prompt", action="store_true",
+                       help="print the Markdown section that teaches an agent to use DIR, and exit")
+    parser.add_argument("--channel", metavar="ID", help="with --prompt: the channel ID used in the examples")
+    parser.add_argument("--timezone", type=_timezone_name, metavar="TZ",
+                        help="with --prompt: the IANA timezone the agent should assume (default: the host's)")
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     noise.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
     parser.add_argument("--version", action="version", version=f"mom_events {__version__}")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.exec_timeout is not None and args.command is None:
+        parser.error("--exec-timeout needs --exec")
+    if (args.channel is not None or args.timezone is not None) and not args.prompt:
+        parser.error("--channel and --timezone go with --prompt")
+    return args
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -1103,24 +1585,62 @@ def main(argv: Optional[list[str]] = None) -> int:
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(message)s")
     sys.stdout.reconfigure(errors="backslashreplace")  # file names need not be valid UTF-8
+    if args.prompt:
+        sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel))
+        return 0
+    if args.check:
+        return _check(args.dir)
+    return _serve(args)
 
+
+def _serve(args: argparse.Namespace) -> int:
+    """Watch until SIGTERM or SIGINT, then shut down within the grace period."""
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    halted: list[str] = []
+    commands = _Commands(args.command, args.exec_timeout) if args.command else None
 
-    watcher = EventsWatcher(args.dir, _printer(args.json), poll_interval=args.poll)
+    def on_signal(signum, frame):
+        if stop.is_set():  # the second signal: leave now
+            if commands is not None:
+                commands.stop_all()
+            os._exit(128 + signum)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+
+    printer = _printer(args.json)
+    if commands is None:
+        handler = printer
+    else:
+        def handler(event: Event) -> None:
+            printer(event)
+            commands(event)
+
+    watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll)
+    watcher._on_halt = lambda reason: (halted.append(reason), stop.set())
     try:
         watcher.start()
+    except EventError as exc:
+        log.error("%s", exc)
+        return 2
     except OSError as exc:
         log.error("cannot watch %s: %s", args.dir, exc.strerror or exc)
         return 2
     log.info("watching %s (%d events scheduled)", os.path.abspath(args.dir), watcher._scheduled_count())
     stop.wait()
-    log.info("stopping")
-    still_running = watcher.stop(timeout=30)
-    if still_running:
-        log.warning("gave up waiting for channels %s", ", ".join(still_running))
-    return 0
+    if halted:
+        watcher.stop(timeout=args.grace)
+        return 2
+    log.info("stopping; running events have %g s to finish", args.grace)
+    still_running = watcher.stop(timeout=args.grace)
+    if not still_running:
+        return 0
+    log.warning("grace period over; stopping what still runs on channels %s", ", ".join(still_running))
+    if commands is not None:
+        commands.stop_all()
+        watcher.stop(timeout=_KILL_AFTER + 1)
+    return 1
 
 
 if __name__ == "__main__":

@@ -1011,7 +1011,7 @@ class EndToEndTest(unittest.TestCase):
             self.assertTrue(wait_for(lambda: len(fired) == 2))
         self.assertEqual([e.filename for _, e in fired], ["now.json", "soon.json"])
         self.assertGreaterEqual(fired[1][0], due)
-        self.assertTrue(wait_for(lambda: not any(self.dir.iterdir())))
+        self.assertTrue(wait_for(lambda: [p.name for p in self.dir.iterdir()] == [".mom_events.lock"]))
 
     def test_one_at_a_time_per_channel_concurrent_across_channels(self):
         active, peak, order = {}, {}, []
@@ -1068,7 +1068,7 @@ class EndToEndTest(unittest.TestCase):
         release.set()
         self.assertEqual(w.stop(timeout=10), [])
         remaining = sorted(p.name for p in self.dir.iterdir())
-        self.assertEqual(remaining, ["q1.json", "q2.json"])
+        self.assertEqual(remaining, [".mom_events.lock", "q1.json", "q2.json"])
 
     def test_no_thread_is_left_behind(self):
         before = threading.active_count()
@@ -1173,3 +1173,353 @@ class CliTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# ---------------------------------------------------------------------------
+# Operator features: --exec, --check, --prompt, the lock, graceful shutdown
+# ---------------------------------------------------------------------------
+
+
+class Cli:
+    """The CLI in a subprocess, its stdout and stderr collected line by line."""
+
+    def __init__(self, test, *args, env=None, cwd=None):
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "mom_events.py"), *map(str, args)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env, cwd=cwd)
+        test.addCleanup(self.close)
+        self.out, self.err = [], []
+        self.readers = [threading.Thread(target=self._collect, args=(stream, lines), daemon=True)
+                        for stream, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _collect(stream, lines):
+        for line in stream:
+            lines.append(line.rstrip("\n"))
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for reader in self.readers:
+            reader.join(5)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+    def wait_err(self, text, timeout=10.0):
+        """The first stderr line containing ``text``; fails the test if none comes."""
+        found = wait_for(lambda: any(text in line for line in self.err), timeout)
+        assert found, f"no stderr line with {text!r} in {self.err}"
+        return next(line for line in self.err if text in line)
+
+    def finish(self, timeout=20):
+        status = self.proc.wait(timeout)
+        for reader in self.readers:
+            reader.join(5)
+        return status
+
+    def signal(self, signum):
+        self.proc.send_signal(signum)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as file:  # a zombie is dead too
+        return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class CliCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_ops_"))
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        self.events = self.dir / "events"
+        self.events.mkdir()
+
+    def put(self, name, content):
+        """Write an event the way agents are told to: a temporary name, then mv."""
+        tmp = self.events / f".{name}.tmp"
+        tmp.write_text(content if isinstance(content, str) else json.dumps(content))
+        tmp.rename(self.events / name)
+
+    def run_cli(self, *args, env=None):
+        return subprocess.run([sys.executable, str(HERE / "mom_events.py"), *map(str, args)],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    def serve(self, *args, env=None):
+        cli = Cli(self, self.events, "--poll", "0.05", *args, env=env)
+        cli.wait_err("watching")
+        return cli
+
+
+class ExecTest(CliCase):
+    def test_event_reaches_the_command_on_stdin_and_in_the_environment_only(self):
+        command = ('echo "stdin=$(cat)"; '
+                   'for v in FILE TYPE CHANNEL TEXT MESSAGE SCHEDULE; do eval "echo $v=\\$MOM_EVENT_$v"; done; '
+                   'echo "to stderr" >&2')
+        cli = self.serve("--exec", command)
+        hostile = "$(touch pwned) `touch pwned2` '; touch pwned3; '"
+        self.put("a.json", one_shot(time.time() + 0.3, "C7", hostile))
+        cli.wait_err("a.json: SCHEDULE=")
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        logged = {line.split(" a.json: ", 1)[1] for line in cli.err if " a.json: " in line}
+        message = [line for line in logged if line.startswith("MESSAGE=")][0].removeprefix("MESSAGE=")
+        self.assertTrue(message.startswith("[EVENT:a.json:one-shot:"))
+        self.assertIn(f"stdin={message}", logged)
+        self.assertTrue({"FILE=a.json", "TYPE=one-shot", "CHANNEL=C7", f"TEXT={hostile}"} <= logged)
+        schedule = [line for line in logged if line.startswith("SCHEDULE=")][0].removeprefix("SCHEDULE=")
+        self.assertEqual(message, f"[EVENT:a.json:one-shot:{schedule}] {hostile}")
+        self.assertFalse(list(Path.cwd().glob("pwned*")) + list(self.events.glob("pwned*")))
+        self.assertTrue(any("INFO a.json: stdin=" in line for line in cli.err))
+        self.assertTrue(any("WARNING a.json: to stderr" in line for line in cli.err))
+        self.assertEqual(len(cli.out), 1)  # stdout: the event line and nothing else
+        self.assertIn("C7 [EVENT:a.json:one-shot:", cli.out[0])
+        self.assertFalse((self.events / "a.json").exists())
+
+    def test_periodic_and_immediate_schedule_variables(self):
+        cli = self.serve("--json", "--exec", 'echo "S=$MOM_EVENT_SCHEDULE"')
+        self.put("hook.json", immediate("C1"))
+        cli.wait_err("hook.json: S=immediate")
+        self.put("tick.json", periodic("* * * * * *", "C2"))
+        cli.wait_err("tick.json: S=* * * * * *")
+        cli.signal(signal.SIGINT)
+        self.assertEqual(cli.finish(), 0)
+        self.assertEqual(json.loads(cli.out[0])["filename"], "hook.json")
+
+    def test_a_failing_command_is_one_error_line_and_the_file_goes(self):
+        cli = self.serve("--exec", "exit 3")
+        self.put("a.json", immediate())
+        line = cli.wait_err("command failed")
+        self.assertRegex(line, r"ERROR a\.json: command failed: exit status 3$")
+        self.assertTrue(wait_for(lambda: not (self.events / "a.json").exists()))
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertEqual(sum("Traceback" in line for line in cli.err), 0)
+
+    def test_a_command_killed_by_a_signal_says_which(self):
+        cli = self.serve("--exec", "kill -USR1 $$")
+        self.put("a.json", immediate())
+        self.assertRegex(cli.wait_err("command failed"), r"a\.json: command failed: killed by signal SIGUSR1$")
+
+    def test_timeout_stops_the_whole_process_group(self):
+        pidfile = self.dir / "child.pid"
+        cli = self.serve("--exec", f"sleep 60 & echo $! > {pidfile}; wait", "--exec-timeout", "0.5")
+        t0 = time.monotonic()
+        self.put("a.json", immediate())
+        self.assertRegex(cli.wait_err("command failed"), r"a\.json: command failed: timed out after 0\.5 s$")
+        self.assertLess(time.monotonic() - t0, 5)  # SIGTERM sufficed; no 5 s wait for SIGKILL
+        self.assertFalse(alive(int(pidfile.read_text())))
+        self.assertTrue(wait_for(lambda: not (self.events / "a.json").exists()))
+
+    def test_a_command_that_ignores_sigterm_gets_sigkill(self):
+        cli = self.serve("--exec", "trap '' TERM; while :; do sleep 0.1; done", "--exec-timeout", "0.2")
+        t0 = time.monotonic()
+        self.put("a.json", immediate())
+        cli.wait_err("command failed", timeout=20)
+        self.assertGreaterEqual(time.monotonic() - t0, 5)
+
+    def test_one_command_at_a_time_per_channel_channels_concurrently(self):
+        log_file = self.dir / "runs.log"
+        cli = self.serve("--exec", f'echo "start $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {log_file}; sleep 0.4; '
+                                   f'echo "end $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {log_file}')
+        for name, channel in (("a1.json", "A"), ("a2.json", "A"), ("b1.json", "B")):
+            self.put(name, immediate(channel))
+        self.assertTrue(wait_for(lambda: log_file.exists() and log_file.read_text().count("end") == 3))
+        runs = [line.split() for line in log_file.read_text().splitlines()]
+        active, peak = {}, {}
+        for what, channel, _ in sorted(runs, key=lambda r: float(r[2])):
+            active[channel] = active.get(channel, 0) + (1 if what == "start" else -1)
+            peak[channel] = max(peak.get(channel, 0), active[channel])
+            peak["all"] = max(peak.get("all", 0), sum(active.values()))
+        self.assertEqual((peak["A"], peak["B"], peak["all"]), (1, 1, 2))
+
+    def test_exec_timeout_needs_exec(self):
+        result = self.run_cli(self.events, "--exec-timeout", "3")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--exec-timeout needs --exec", result.stderr)
+
+
+class CheckTest(CliCase):
+    def test_one_line_per_file_touching_nothing(self):
+        self.put("hook.json", immediate("C1"))
+        self.put("later.json", one_shot("2999-01-01T09:00:00+01:00", "C2"))
+        self.put("old.json", one_shot("2001-01-01T09:00:00+01:00", "C2"))
+        self.put("tick.json", periodic("0 9 * * *", "C3", tz="Europe/Vienna"))
+        self.put("bad.json", "{")
+        self.put("noz.json", one_shot("2999-01-01T09:00:00"))
+        (self.events / "dir.json").mkdir()
+        os.mkfifo(self.events / "pipe.json")
+        (self.events / "notes.txt").write_text("not an event")
+        before = {p.name: p.stat().st_mtime_ns for p in self.events.iterdir()}
+        result = self.run_cli(self.events, "--check")
+        self.assertEqual(result.returncode, 1)
+        lines = result.stdout.splitlines()
+        self.assertEqual([line.split(":")[0] for line in lines],
+                         ["bad.json", "dir.json", "hook.json", "later.json", "noz.json", "old.json",
+                          "pipe.json", "tick.json"])
+        by_name = dict(line.split(": ", 1) for line in lines)
+        self.assertEqual(by_name["hook.json"], "ok: immediate on channel C1, next on arrival")
+        later = datetime.fromtimestamp(datetime.fromisoformat("2999-01-01T09:00:00+01:00").timestamp())
+        self.assertEqual(by_name["later.json"],
+                         f"ok: one-shot on channel C2, next {later.astimezone().isoformat(timespec='seconds')}")
+        self.assertEqual(by_name["old.json"], "ok: one-shot on channel C2, next never (its time has passed)")
+        tick = next_fire("0 9 * * *", "Europe/Vienna", datetime.now(timezone.utc)).astimezone()
+        self.assertEqual(by_name["tick.json"],
+                         f"ok: periodic on channel C3, next {tick.isoformat(timespec='seconds')}")
+        self.assertTrue(by_name["bad.json"].startswith("invalid JSON"))
+        self.assertIn("has no UTC offset", by_name["noz.json"])
+        self.assertEqual(by_name["dir.json"], "ignored: it is a directory, not a regular file")
+        self.assertEqual(by_name["pipe.json"], "ignored: it is a FIFO, not a regular file")
+        self.assertEqual({p.name: p.stat().st_mtime_ns for p in self.events.iterdir()}, before)
+        self.assertFalse((self.events / ".mom_events.lock").exists())
+
+    def test_all_valid_is_status_0_and_a_missing_directory_is_1(self):
+        self.put("tick.json", periodic())
+        self.assertEqual(self.run_cli(self.events, "--check").returncode, 0)
+        missing = self.run_cli(self.dir / "nope", "--check")
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn("nope", missing.stderr)
+        self.assertFalse((self.dir / "nope").exists())
+
+    def test_works_beside_a_running_harness(self):
+        self.put("tick.json", periodic("0 9 * * *"))
+        cli = self.serve()
+        result = self.run_cli(self.events, "--check")
+        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 1))
+        self.assertIsNone(cli.proc.poll())
+
+
+class PromptTest(CliCase):
+    def test_examples_are_valid_events_for_the_given_channel_and_directory(self):
+        text = mom_events.events_prompt("/srv/bot/events/", timezone="Europe/Vienna", channel_id="C42")
+        blocks = [block.split("\n", 1)[1] for block in text.split("```json")[1:]]
+        events = [parse_event(block.split("```")[0], "x.json") for block in blocks]
+        self.assertEqual([e.type for e in events], ["immediate", "one-shot", "periodic"])
+        self.assertEqual({e.channel_id for e in events}, {"C42"})
+        self.assertEqual(events[2].timezone, "Europe/Vienna")
+        self.assertGreater(datetime.fromisoformat(events[1].at), datetime.now(timezone.utc))
+        for needle in ("/srv/bot/events/dentist.json", "mv /srv/bot/events/.dentist.json.tmp", "rm ",
+                       "0 9 * * 1-5", "Europe/Vienna", "python mom_events.py /srv/bot/events --check",
+                       "[EVENT:dentist.json:one-shot:", "at most 5", "Debounce", "delete themselves"):
+            self.assertIn(needle, text)
+        self.assertNotIn("CHANNEL_ID", text)
+
+    def test_without_a_channel_it_says_what_to_put_there(self):
+        text = mom_events.events_prompt("events", timezone="UTC")
+        self.assertIn('"channelId": "CHANNEL_ID"', text)
+        self.assertIn("Put the ID of the channel", text)
+
+    def test_unknown_timezone(self):
+        with self.assertRaisesRegex(ValueError, "unknown timezone 'Mars/Olympus'"):
+            mom_events.events_prompt("events", timezone="Mars/Olympus")
+        result = self.run_cli(self.events, "--prompt", "--timezone", "Mars/Olympus")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("unknown timezone", result.stderr)
+
+    def test_cli_makes_the_directory_absolute_and_takes_the_host_timezone(self):
+        env = dict(os.environ, TZ="America/New_York")
+        result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), "events", "--prompt",
+                                 "--channel", "C9"], capture_output=True, text=True, timeout=60,
+                                cwd=self.dir, env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(f"`{self.events}/`", result.stdout)
+        self.assertIn("The harness runs in America/New_York.", result.stdout)
+        self.assertIn('"channelId": "C9"', result.stdout)
+
+    def test_host_timezone_falls_back_to_the_offset(self):
+        with mock.patch.dict(os.environ, {"TZ": ""}), \
+                mock.patch.object(mom_events, "_host_timezone", return_value=None):
+            text = mom_events.events_prompt("events")
+        self.assertRegex(text, r"The harness runs in UTC[+-]\d\d:\d\d \(no IANA name is known\)")
+        self.assertIn('"timezone": "UTC"', text)
+
+
+class LockTest(CliCase):
+    def test_a_second_harness_exits_2_naming_the_first(self):
+        first = self.serve()
+        second = self.run_cli(self.events)
+        self.assertEqual(second.returncode, 2)
+        self.assertIn(f"already watched by process {first.proc.pid}", second.stderr)
+        with self.assertRaisesRegex(EventError, f"already watched by process {first.proc.pid}"):
+            EventsWatcher(self.events, lambda e: None).start()
+        self.assertIsNone(first.proc.poll())
+
+    def test_the_lock_goes_with_the_process_even_after_sigkill(self):
+        first = self.serve()
+        first.proc.kill()
+        first.finish()
+        w = EventsWatcher(self.events, lambda e: None).start()
+        self.addCleanup(w.stop)
+        self.assertEqual((self.events / ".mom_events.lock").read_text().strip(), str(os.getpid()))
+        w.stop()
+        EventsWatcher(self.events, lambda e: None).start().stop()  # stop() let it go
+
+    def test_a_recreated_directory_is_locked_before_its_files_are_handled(self):
+        cli = self.serve()
+        subprocess.run(["rm", "-rf", str(self.events)], check=True)
+        self.events.mkdir()
+        cli.wait_err("took its lock")
+        with self.assertRaisesRegex(EventError, f"process {cli.proc.pid}"):
+            EventsWatcher(self.events, lambda e: None).start()
+        self.put("hook.json", immediate())
+        self.assertTrue(wait_for(lambda: cli.out))
+
+    def test_a_recreated_directory_locked_by_another_stops_the_harness(self):
+        cli = self.serve()
+        fresh = self.dir / "fresh"
+        fresh.mkdir()
+        (fresh / "hook.json").write_text(json.dumps(immediate()))
+        other = EventsWatcher(fresh, lambda e: None)
+        other._lock = mom_events._DirectoryLock(str(fresh))  # the lock alone, no watching
+        self.addCleanup(other._lock.release)
+        subprocess.run(["rm", "-rf", str(self.events)], check=True)
+        fresh.rename(self.events)
+        self.assertEqual(cli.finish(), 2)
+        self.assertTrue(any(f"already watched by process {os.getpid()}" in line for line in cli.err))
+        self.assertEqual(cli.out, [])
+        self.assertTrue((self.events / "hook.json").exists())
+
+
+class ShutdownTest(CliCase):
+    def test_running_commands_finish_their_files_go_queued_files_stay(self):
+        cli = self.serve("--exec", "sleep 0.5")
+        self.put("a.json", immediate("C1"))
+        self.put("b.json", immediate("C1"))
+        self.assertTrue(wait_for(lambda: cli.out))
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertEqual(sorted(p.name for p in self.events.glob("*.json")), ["b.json"])
+        self.assertEqual(len(cli.out), 1)
+
+    def test_grace_running_out_stops_the_commands_keeps_their_files_and_exits_1(self):
+        pidfile = self.dir / "child.pid"
+        cli = self.serve("--grace", "0.5", "--exec", f"sleep 60 & echo $! > {pidfile}; wait")
+        self.put("a.json", immediate())
+        self.assertTrue(wait_for(pidfile.exists))
+        t0 = time.monotonic()
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 1)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertTrue((self.events / "a.json").exists())
+        self.assertFalse(alive(int(pidfile.read_text())))
+        self.assertTrue(any("a.json: command stopped at shutdown; its file stays" in line for line in cli.err))
+
+    def test_a_second_signal_exits_at_once(self):
+        for signum, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+            with self.subTest(signal=signum):
+                for path in self.events.glob("*.json"):
+                    path.unlink()
+                cli = self.serve("--exec", "sleep 30")
+                self.put("a.json", immediate())
+                self.assertTrue(wait_for(lambda: cli.out))
+                cli.signal(signum)
+                cli.wait_err("stopping")
+                t0 = time.monotonic()
+                cli.signal(signum)
+                self.assertEqual(cli.finish(), status)
+                self.assertLess(time.monotonic() - t0, 5)
