@@ -1091,7 +1091,13 @@ class CliTest(unittest.TestCase):
     def start(self, *args, cwd=None):
         proc = subprocess.Popen([sys.executable, str(HERE / "mom_events.py"), *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
-        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        def cleanup():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        self.addCleanup(cleanup)
         return proc
 
     def wait_watching(self, proc):
