@@ -52,10 +52,33 @@ log = logging.getLogger("mom_events")
 TYPES = ("immediate", "one-shot", "periodic")
 MAX_FILE_BYTES = 1024 * 1024
 
-# The coarsest file timestamp we plan for (FAT stamps files every 2 s).  A
-# file read less than this after its mtime may still change without its stat
-# changing (git's "racy timestamp" problem), so it is read again later.
+# git's "racy timestamp" problem: a file (or directory) looked at less than
+# one timestamp tick after its mtime may change again within that tick without
+# its stat changing, so it is looked at again on the next scan until it is
+# older.  Filesystems that stamp whole seconds (FAT every 2 s, ext3, HFS+) get
+# the coarsest tick; the others stamp from the kernel's coarse clock, a few ms
+# per tick, and get a generous 50 ms.
 _TICK_NS = 2_000_000_000
+_FINE_TICK_NS = 50_000_000
+
+# The sweep that stats every known file for in-place rewrites (the directory's
+# mtime does not change for those) may use this share of one core; it paces
+# itself to it, whatever the directory's size.  It runs every few ticks in
+# batches, since a stat costs twice as much on a cold cache.
+_SWEEP_SHARE = 0.003
+_SWEEP_EVERY = 0.2  # seconds
+
+# The scan's fast path: skip the listing while the directory's mtime says
+# nothing was created, deleted or renamed.  Off, every tick stats every file
+# (the naive poller that the benchmark compares against).
+_FAST_SCAN = True
+
+# Precision: the scheduler wakes this long before a firing, gets the channel's
+# worker thread ready, and spins the rest (a timed wait wakes ~0.3 ms late on
+# a virtual machine, and a new thread costs as much again).
+_LEAD = 0.001
+# An idle channel's worker waits this long for more work before it goes.
+_LINGER = 2.0
 
 # Parse failures are retried after these delays: the writer may be mid-write.
 _RETRY_DELAYS = (0.1, 0.2, 0.4)
@@ -510,30 +533,49 @@ def _stat_entry(path: str) -> Optional[_Entry]:
     return _Entry(None, _describe(st.st_mode))
 
 
-def _scan(directory: str) -> dict[str, _Entry]:
-    """One scan: every event name in the directory and what it is now."""
+def _is_racy(seen_ns: int, mtime_ns: int) -> bool:
+    """Was it looked at too soon after its mtime to trust its stat?"""
+    tick = _TICK_NS if mtime_ns % 1_000_000_000 == 0 else _FINE_TICK_NS
+    return seen_ns - mtime_ns < tick
+
+
+def _list(directory: str) -> dict[str, int]:
+    """The event names in the directory and their inode numbers, which
+    scandir reads from the directory entries themselves, without a stat."""
     with os.scandir(directory) as entries:
-        names = [entry.name for entry in entries if _is_event_name(entry.name)]
-    snapshot = {}
-    for name in names:
-        entry = _stat_entry(os.path.join(directory, name))
-        if entry is not None:
-            snapshot[name] = entry
-    return snapshot
+        return {entry.name: entry.inode() for entry in entries if _is_event_name(entry.name)}
+
+
+def _relisted(old: dict[str, int], new: dict[str, int], stat_all: bool) -> list[str]:
+    """The names a new listing says to stat again: new ones, ones whose inode
+    changed (replaced by a rename over them), and gone ones.  Names with the
+    same inode are left to the sweep, unless ``stat_all``."""
+    changed = [name for name, ino in new.items() if stat_all or old.get(name) != ino]
+    return changed + [name for name in old if name not in new]
+
+
+def _sweep_batch(known: int, stat_cost: float, interval: float, share: float = _SWEEP_SHARE) -> int:
+    """How many files to stat this tick so that a whole sweep costs at most
+    ``share`` of a core, and never takes less than one tick."""
+    if known == 0:
+        return 0
+    period = max(interval, known * stat_cost / share)
+    return min(known, math.ceil(known * interval / period))
 
 
 @dataclass(frozen=True, slots=True)
 class _Diff:
-    created: list
-    modified: list
+    """What a scan found changed: names to read again, and names gone."""
+
+    changed: list
     deleted: list
 
 
-def _diff(old: dict[str, _Entry], new: dict[str, _Entry]) -> _Diff:
+def _diff(old: dict[str, _Entry], seen: dict[str, Optional[_Entry]]) -> _Diff:
+    """``seen`` maps the names looked at to what they are now (None: gone)."""
     return _Diff(
-        created=[name for name in new if name not in old],
-        modified=[name for name, entry in new.items() if name in old and old[name] != entry],
-        deleted=[name for name in old if name not in new],
+        changed=[name for name, entry in seen.items() if entry is not None and old.get(name) != entry],
+        deleted=[name for name, entry in seen.items() if entry is None and name in old],
     )
 
 
@@ -649,6 +691,7 @@ class _Channel:
     id: str
     waiting: deque = field(default_factory=deque)
     running: Optional[_Job] = None
+    wake: Optional[threading.Condition] = None  # its lingering worker waits on it
     worker: object = None             # the thread draining the queue, if any
 
 
@@ -671,7 +714,7 @@ class EventsWatcher:
 
     def __init__(self, events_dir, handler: Callable[[Event], object],
                  on_error: Optional[Callable[[Event, BaseException], object]] = None,
-                 poll_interval: float = 0.1, max_queued: int = 5,
+                 poll_interval: float = 0.04, max_queued: int = 5,
                  clock: Callable[[], float] = time.time):
         if not callable(handler):
             raise TypeError("handler must be callable")
@@ -680,14 +723,25 @@ class EventsWatcher:
         if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
             raise ValueError("max_queued must be a whole number of at least 1")
         self.events_dir = os.fspath(events_dir)
+        self._prefix = os.path.join(self.events_dir, "")
         self._handler = handler
         self._on_error = on_error or _log_error
         self._poll_interval = poll_interval
         self._max_queued = max_queued
         self._clock = clock
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # wakes the scheduler
+        self._gone = threading.Condition(self._lock)  # a channel's worker went away
+        self._linger = _LINGER
         self._files: dict[str, _File] = {}
         self._snapshot: dict[str, _Entry] = {}
+        self._listing: dict[str, int] = {}    # name -> inode, from the last listing
+        self._dir_key: Optional[tuple] = None  # the directory's (dev, inode, mtime) then
+        self._dir_racy = False                # listed too soon after its mtime to trust
+        self._sweep_names: list[str] = []
+        self._sweep_at = 0
+        self._ticks = 0
+        self._stat_cost = 5e-6                # seconds per stat, measured as the sweep goes
         self._racy: set[str] = set()          # files whose content must be read again
         self._ignored: dict[str, str] = {}    # non-regular *.json names already warned about
         self._heap: list = []                 # (due, seq, filename, generation, action)
@@ -696,7 +750,7 @@ class EventsWatcher:
         self._started_at: Optional[float] = None
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
-        self._lock: Optional[_DirectoryLock] = None
+        self._dir_lock: Optional[_DirectoryLock] = None
         self._on_halt: Callable[[str], object] = lambda reason: None  # the CLI exits on it
         self._dir_trouble: Optional[str] = None
         self._anchor = (0.0, 0.0)             # (wall, monotonic) at the last wake
@@ -712,7 +766,7 @@ class EventsWatcher:
             if self._started_at is not None:
                 raise RuntimeError("an EventsWatcher can be started only once")
             os.makedirs(self.events_dir, exist_ok=True)
-            self._lock = _DirectoryLock(self.events_dir)
+            self._dir_lock = _DirectoryLock(self.events_dir)
             self._startup(self._clock())
             self._thread = threading.Thread(target=self._run, name="mom_events-scheduler", daemon=True)
             self._thread.start()
@@ -747,9 +801,9 @@ class EventsWatcher:
                 remaining = deadline - time.monotonic()
                 if not busy or remaining <= 0:
                     break
-                self._cond.wait(remaining)
-            if self._lock is not None:
-                self._lock.release()
+                self._gone.wait(remaining)
+            if self._dir_lock is not None:
+                self._dir_lock.release()
             return busy
 
     def __enter__(self) -> "EventsWatcher":
@@ -764,6 +818,7 @@ class EventsWatcher:
             for job in channel.waiting:
                 self._unqueued(job)
             channel.waiting.clear()
+            channel.wake.notify_all()  # lingering workers go
         self._cond.notify_all()
 
     def _halt(self, reason: str) -> None:
@@ -784,21 +839,50 @@ class EventsWatcher:
         with self._cond:
             while not self._stopping:
                 try:
+                    # Clock reads are system calls on some virtual machines: an
+                    # idle tick makes as few as it can.
                     now, mono = self._clock(), time.monotonic()
                     self._notice_clock_step(now, mono)
+                    self._run_due(now)  # first: a poll can take a while
                     if mono >= next_poll:
                         self._poll(now)
                         next_poll = mono + self._poll_interval
-                        now = self._clock()
-                    self._run_due(now)
-                    timeout = next_poll - time.monotonic()
+                        self._run_due(now)
+                    timeout = next_poll - mono
                     if self._heap:
-                        timeout = min(timeout, self._heap[0][0] - self._clock())
+                        until_due = self._heap[0][0] - self._clock()
+                        if until_due < _LEAD:
+                            self._get_ready(now + _LEAD)
+                            self._spin_until(self._heap[0][0], mono + 2 * _LEAD)
+                            continue
+                        timeout = min(timeout, until_due - _LEAD)
                 except Exception:  # a bug must not silence every event for good
                     log.exception("internal error in the scheduler; carrying on")
                     timeout = self._poll_interval
                 if timeout > 0:
                     self._cond.wait(timeout)
+
+    def _get_ready(self, horizon: float) -> None:
+        """Start the workers of the channels that fire before ``horizon``, so
+        that at the due time the handoff is a notify, not a new thread."""
+        heap, stack = self._heap, [0]
+        while stack:  # walk the heap's tree, only as deep as entries are due
+            i = stack.pop()
+            if i >= len(heap) or heap[i][0] > horizon:
+                continue
+            stack += (2 * i + 1, 2 * i + 2)
+            _, _, name, generation, action = heap[i]
+            f = self._files.get(name)
+            if action == "fire" and f is not None and f.generation == generation:
+                channel = self._channel(f.event.channel_id)
+                if channel.worker is None and not self._stopping:
+                    channel.worker = self._spawn(lambda channel=channel: self._drain(channel))
+
+    def _spin_until(self, due: float, give_up: float) -> None:
+        """Busy-wait the last fraction of a millisecond; never past ``give_up``
+        on the monotonic clock, in case the wall clock steps back."""
+        while self._clock() < due and time.monotonic() < give_up:
+            pass
 
     def _notice_clock_step(self, now: float, mono: float) -> None:
         """Due times are wall-clock instants, so a stepped clock needs nothing
@@ -831,37 +915,96 @@ class EventsWatcher:
     # -- polling: what changed in the directory -------------------------------
 
     def _poll(self, now: float, startup: bool = False) -> None:
-        if self._lock is not None and not self._relock():
-            return
         try:
-            snapshot = _scan(self.events_dir)
+            seen = self._scan(startup)
         except (FileNotFoundError, NotADirectoryError) as exc:
             self._directory_trouble("is missing" if isinstance(exc, FileNotFoundError) else "is not a directory")
-            snapshot = {}  # its files are gone with it
+            seen = dict.fromkeys(self._snapshot)  # its files are gone with it
+            self._listing, self._sweep_names, self._dir_key = {}, [], None
         except OSError as exc:
             self._directory_trouble(f"cannot be read ({exc.strerror})")
             return  # nothing is known to have changed
-        else:
-            if self._dir_trouble is not None:
-                log.warning("events directory %s is back", self.events_dir)
-                self._dir_trouble = None
-        diff = _diff(self._snapshot, snapshot)
-        self._snapshot = snapshot
-        for name in diff.deleted:
-            self._forget(name)
-        for name in sorted(diff.created + diff.modified, key=lambda n: (snapshot[n].mtime_ns, n)):
-            self._changed(snapshot[name], name, now, startup)
-        for name in list(self._racy):
+        if seen is None:
+            return  # another process holds the new directory's lock
+        if self._dir_trouble is not None and self._dir_key is not None:
+            log.warning("events directory %s is back", self.events_dir)
+            self._dir_trouble = None
+        if seen:  # the idle tick skips all of this
+            diff = _diff(self._snapshot, seen)
+            for name in diff.deleted:
+                del self._snapshot[name]
+                self._forget(name)
+            for name in diff.changed:
+                self._snapshot[name] = seen[name]
+            for name in sorted(diff.changed, key=lambda n: (seen[n].mtime_ns, n)):
+                self._changed(seen[name], name, now, startup)
+        for name in list(self._racy) if self._racy else ():
             self._recheck(name, now)
 
-    def _relock(self) -> bool:
+    def _scan(self, startup: bool) -> Optional[dict[str, Optional[_Entry]]]:
+        """Look at the directory as cheaply as the rules allow: one stat of it
+        when its mtime says no name was created, deleted or renamed; a listing
+        (and a stat of each new or replaced name) when it does, or when that
+        mtime is too recent to trust; and a self-paced sweep of per-file stats
+        for rewrites in place.  Returns the names looked at and what each is
+        now (None: gone), or None when the directory may not be touched."""
+        dir_st = os.stat(self.events_dir)
+        if not stat.S_ISDIR(dir_st.st_mode):
+            raise NotADirectoryError(self.events_dir)
+        if self._dir_lock is not None and not self._relock(dir_st):
+            return None
+        prefix = self._prefix
+        key = (dir_st.st_dev, dir_st.st_ino, dir_st.st_mtime_ns)
+        seen: dict[str, Optional[_Entry]] = {}
+        if startup or key != self._dir_key or self._dir_racy or not _FAST_SCAN:
+            seen_ns = time.time_ns()
+            listing = _list(self.events_dir)
+            for name in _relisted(self._listing, listing, stat_all=not _FAST_SCAN):
+                seen[name] = _stat_entry(prefix + name) if name in listing else None
+            if listing.keys() != self._listing.keys():
+                self._sweep_names = list(listing)
+            self._listing, self._dir_key = listing, key
+            self._dir_racy = _is_racy(seen_ns, dir_st.st_mtime_ns)
+        if _FAST_SCAN:
+            self._sweep(prefix, seen)
+        return seen
+
+    def _sweep(self, prefix: str, seen: dict[str, Optional[_Entry]]) -> None:
+        """Stat the next few known files, round robin, for rewrites in place."""
+        self._ticks += 1
+        every = max(1, round(_SWEEP_EVERY / self._poll_interval))
+        if self._ticks % every:
+            return
+        names = self._sweep_names
+        count = _sweep_batch(len(names), self._stat_cost, every * self._poll_interval)
+        if not count:
+            return
+        snapshot, at = self._snapshot, self._sweep_at
+        started = time.perf_counter()
+        for _ in range(count):
+            if at >= len(names):
+                at = 0
+            name = names[at]
+            at += 1
+            if name in seen:
+                continue
+            old = snapshot.get(name)
+            if old is not None and old.sig is not None:  # the common case, kept lean
+                try:
+                    if _signature(os.stat(prefix + name)) == old.sig:
+                        continue
+                except OSError:
+                    pass
+            entry = _stat_entry(prefix + name)
+            if entry != old:
+                seen[name] = entry
+        self._sweep_at = at
+        self._stat_cost = 0.7 * self._stat_cost + 0.3 * (time.perf_counter() - started) / count
+
+    def _relock(self, dir_st: os.stat_result) -> bool:
         """A directory deleted and made again is a new directory: take its lock
         before handling any file in it.  False: do not look at it."""
-        try:
-            st = os.stat(self.events_dir)
-        except OSError:
-            return True  # the scan reports it
-        if not stat.S_ISDIR(st.st_mode) or _directory_id(st) == self._lock.directory_id:
+        if _directory_id(dir_st) == self._dir_lock.directory_id:
             return True
         try:
             lock = _DirectoryLock(self.events_dir)
@@ -871,10 +1014,16 @@ class EventsWatcher:
         except OSError as exc:
             self._directory_trouble(f"cannot be locked ({exc.strerror})")
             return False
-        self._lock.release()
-        self._lock = lock
+        self._dir_lock.release()
+        self._dir_lock = lock
         log.info("events directory %s was made anew; took its lock", self.events_dir)
         return True
+
+    def _unsee(self, name: str) -> None:
+        """Forget what scans saw of a name, so that whatever has it next is new
+        (even a new file that got the old one's inode number)."""
+        self._snapshot.pop(name, None)
+        self._listing.pop(name, None)
 
     def _directory_trouble(self, problem: str) -> None:
         if self._dir_trouble != problem:
@@ -913,7 +1062,7 @@ class EventsWatcher:
         if _digest(data) != f.digest:
             log.debug("%s: content changed under an unchanged stat", name)
             self._changed(_Entry(f.sig), name, now)
-        elif read_ns - f.sig[3] >= _TICK_NS:
+        elif not _is_racy(read_ns, f.sig[3]):
             self._racy.discard(name)
 
     def _cancel(self, f: _File) -> None:
@@ -944,7 +1093,7 @@ class EventsWatcher:
             data = _read_file(path)
         except FileNotFoundError:
             self._forget(f.name)
-            self._snapshot.pop(f.name, None)  # if it comes back, it is new
+            self._unsee(f.name)  # if it comes back, it is new
             return
         except _NotRegular as exc:
             self._changed(_Entry(None, str(exc)), f.name, now)
@@ -959,7 +1108,7 @@ class EventsWatcher:
             return  # the content that already ran and could not be deleted
         f.spent = False
         f.digest = digest
-        if read_ns - f.sig[3] < _TICK_NS:
+        if _is_racy(read_ns, f.sig[3]):
             self._racy.add(f.name)
         else:
             self._racy.discard(f.name)
@@ -1019,7 +1168,7 @@ class EventsWatcher:
     def _channel(self, channel_id: str) -> _Channel:
         channel = self._channels.get(channel_id)
         if channel is None:
-            channel = self._channels[channel_id] = _Channel(channel_id)
+            channel = self._channels[channel_id] = _Channel(channel_id, wake=threading.Condition(self._lock))
         return channel
 
     def _enqueue(self, f: _File) -> None:
@@ -1047,8 +1196,12 @@ class EventsWatcher:
             f.queued = None
 
     def _kick(self, channel: _Channel) -> None:
-        if channel.worker is None and not self._stopping:
+        if self._stopping:
+            return
+        if channel.worker is None:
             channel.worker = self._spawn(lambda: self._drain(channel))
+        else:
+            channel.wake.notify()  # its worker may be lingering
 
     def _start_worker(self, target: Callable[[], None]) -> threading.Thread:
         thread = threading.Thread(target=target, name="mom_events-channel", daemon=True)
@@ -1056,18 +1209,21 @@ class EventsWatcher:
         return thread
 
     def _drain(self, channel: _Channel) -> None:
-        """A channel's worker: run its jobs one at a time, then go away, so an
-        idle channel holds no thread."""
+        """A channel's worker: run its jobs one at a time, linger a little for
+        more, then go away, so an idle channel holds no thread."""
         job, finished = None, False
         while True:
-            with self._cond:
+            with self._lock:
                 if job is not None:
                     channel.running = None
                     if finished and job.event is not None and job.event.type != "periodic":
                         self._delete_after_run(job)
+                    job = None
+                if not (self._stopping or channel.waiting) and self._linger > 0:
+                    channel.wake.wait(self._linger)
                 if self._stopping or not channel.waiting:
                     channel.worker = None
-                    self._cond.notify_all()
+                    self._gone.notify_all()
                     return
                 job = channel.waiting.popleft()
                 channel.running = job
@@ -1108,7 +1264,7 @@ class EventsWatcher:
             st = os.stat(path)
             if _signature(st) != job.sig:
                 return
-            if time.time_ns() - st.st_mtime_ns < _TICK_NS and _digest(_read_file(path)) != job.digest:
+            if _is_racy(time.time_ns(), st.st_mtime_ns) and _digest(_read_file(path)) != job.digest:
                 return
         except (OSError, _NotRegular):
             return  # gone or replaced: the next scan tells
@@ -1127,7 +1283,7 @@ class EventsWatcher:
             f.spent, f.event = True, None
             return False
         self._forget(f.name)
-        self._snapshot.pop(f.name, None)  # a file written again under this name is new
+        self._unsee(f.name)  # a file written again under this name is new
         return True
 
     def _scheduled_count(self) -> int:
@@ -1549,8 +1705,8 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
         description="Watch a directory of JSON event files and print each event when it is due.")
     parser.add_argument("dir", nargs="?", default="events", help="the events directory (default: events)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per event instead of a text line")
-    parser.add_argument("--poll", type=_seconds, default=0.1, metavar="SECONDS",
-                        help="how often to look at the directory (default: 0.1)")
+    parser.add_argument("--poll", type=_seconds, default=0.04, metavar="SECONDS",
+                        help="how often to look at the directory (default: 0.04)")
     parser.add_argument("--exec", metavar="CMD", dest="command",
                         help="run CMD with /bin/sh -c for each event, one at a time per channel: the message "
                              "on stdin, the event in MOM_EVENT_* variables; its output goes to the log")

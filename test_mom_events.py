@@ -59,8 +59,10 @@ class Harness:
         self.workers = []
         self.handler = handler or (lambda event: self.fired.append((self.now, event)))
         kwargs.setdefault("on_error", lambda event, exc: self.errors.append((event.filename, exc)))
+        kwargs.setdefault("poll_interval", mom_events._SWEEP_EVERY)  # every tick sweeps every file
         self.w = EventsWatcher(self.dir, lambda event: self.handler(event), clock=lambda: self.now, **kwargs)
         self.w._spawn = hold(self.workers)
+        self.w._linger = 0  # workers run by hand must not wait for more work
 
     def write(self, name, content, mtime=None):
         path = self.dir / name
@@ -76,14 +78,16 @@ class Harness:
         return (self.dir / name).exists()
 
     def start(self):
-        self.w._startup(self.now)
+        with self.w._lock:  # as the scheduler thread holds it
+            self.w._startup(self.now)
         self.run_workers()
 
     def tick(self, now=None):
         if now is not None:
             self.now = now
-        self.w._poll(self.now)
-        self.w._run_due(self.now)
+        with self.w._lock:
+            self.w._poll(self.now)
+            self.w._run_due(self.now)
         self.run_workers()
 
     def advance(self, seconds, step=None):
@@ -94,7 +98,8 @@ class Harness:
             if not heap or heap[0][0] > end:
                 break
             nxt = heap[0][0]
-            self.w._run_due(max(nxt, self.now))
+            with self.w._lock:
+                self.w._run_due(max(nxt, self.now))
             self.now = max(nxt, self.now)
             self.run_workers()
         self.tick(end)
@@ -1481,8 +1486,8 @@ class LockTest(CliCase):
         fresh.mkdir()
         (fresh / "hook.json").write_text(json.dumps(immediate()))
         other = EventsWatcher(fresh, lambda e: None)
-        other._lock = mom_events._DirectoryLock(str(fresh))  # the lock alone, no watching
-        self.addCleanup(other._lock.release)
+        other._dir_lock = mom_events._DirectoryLock(str(fresh))  # the lock alone, no watching
+        self.addCleanup(other._dir_lock.release)
         subprocess.run(["rm", "-rf", str(self.events)], check=True)
         fresh.rename(self.events)
         self.assertEqual(cli.finish(), 2)
