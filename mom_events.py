@@ -73,12 +73,17 @@ _SWEEP_EVERY = 0.2  # seconds
 # (the naive poller that the benchmark compares against).
 _FAST_SCAN = True
 
-# Precision: the scheduler wakes this long before a firing, gets the channel's
-# worker thread ready, and spins the rest (a timed wait wakes ~0.3 ms late on
-# a virtual machine, and a new thread costs as much again).
+# Precision: the scheduler wakes this long before a firing, makes sure a worker
+# thread is waiting for it, and spins the rest (a timed wait wakes ~0.3 ms late
+# on a virtual machine, and starting a thread costs as much again).
 _LEAD = 0.001
-# An idle channel's worker waits this long for more work before it goes.
+# Workers are a pool that sizes itself: an idle worker waits this long for
+# work before it goes.  While channels wait and every worker's callback has
+# run longer than _SPAWN_AFTER (an agent's run takes seconds), one more worker
+# starts; quick callbacks, as in a burst of events, need no more threads (on
+# the GIL, more threads would only make them slower).
 _LINGER = 2.0
+_SPAWN_AFTER = 0.02
 
 # Parse failures are retried after these delays: the writer may be mid-write.
 _RETRY_DELAYS = (0.1, 0.2, 0.4)
@@ -688,11 +693,14 @@ class _File:
 
 @dataclass(eq=False, slots=True)
 class _Channel:
+    """One channel's queue.  It is *ready* (in the watcher's ready queue)
+    while a job waits and none runs; a pool worker then takes its next job."""
+
     id: str
     waiting: deque = field(default_factory=deque)
     running: Optional[_Job] = None
-    wake: Optional[threading.Condition] = None  # its lingering worker waits on it
-    worker: object = None             # the thread draining the queue, if any
+    thread: Optional[int] = None      # ident of the thread running its job
+    ready: bool = False               # in the watcher's ready queue
 
 
 class _Interrupted(Exception):
@@ -731,7 +739,13 @@ class EventsWatcher:
         self._clock = clock
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)  # wakes the scheduler
-        self._gone = threading.Condition(self._lock)  # a channel's worker went away
+        self._work = threading.Condition(self._lock)  # idle workers wait on it
+        self._done = threading.Condition(self._lock)  # a job finished or a worker went
+        self._ready: deque[_Channel] = deque()
+        self._workers = 0                     # pool threads alive
+        self._starting = 0                    # ... of which not yet at work
+        self._idle = 0                        # ... of which waiting for work
+        self._busy_since: dict[int, float] = {}  # thread ident -> when its job started
         self._linger = _LINGER
         self._files: dict[str, _File] = {}
         self._snapshot: dict[str, _Entry] = {}
@@ -754,7 +768,7 @@ class EventsWatcher:
         self._on_halt: Callable[[str], object] = lambda reason: None  # the CLI exits on it
         self._dir_trouble: Optional[str] = None
         self._anchor = (0.0, 0.0)             # (wall, monotonic) at the last wake
-        self._spawn = self._start_worker      # tests replace it to run workers by hand
+        self._spawn = self._start_thread      # tests replace it to run workers by hand
 
     # -- public API ---------------------------------------------------------
 
@@ -791,17 +805,17 @@ class EventsWatcher:
         channels still running then (their files are deleted if they finish)."""
         with self._cond:
             self._stop_scheduling()
-        me = threading.current_thread()
-        if self._thread is not None and self._thread is not me:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+        me = threading.get_ident()  # a callback may call stop(): not waiting for itself
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                busy = sorted(c.id for c in self._channels.values() if c.worker is not None and c.worker is not me)
+                busy = sorted(c.id for c in self._channels.values() if c.running is not None and c.thread != me)
                 remaining = deadline - time.monotonic()
                 if not busy or remaining <= 0:
                     break
-                self._gone.wait(remaining)
+                self._done.wait(remaining)
             if self._dir_lock is not None:
                 self._dir_lock.release()
             return busy
@@ -818,7 +832,9 @@ class EventsWatcher:
             for job in channel.waiting:
                 self._unqueued(job)
             channel.waiting.clear()
-            channel.wake.notify_all()  # lingering workers go
+            channel.ready = False
+        self._ready.clear()
+        self._work.notify_all()  # idle workers go
         self._cond.notify_all()
 
     def _halt(self, reason: str) -> None:
@@ -849,10 +865,14 @@ class EventsWatcher:
                         next_poll = mono + self._poll_interval
                         self._run_due(now)
                     timeout = next_poll - mono
+                    staff_at = self._staff()
+                    if staff_at is not None:
+                        timeout = min(timeout, staff_at - mono)
                     if self._heap:
                         until_due = self._heap[0][0] - self._clock()
-                        if until_due < _LEAD:
-                            self._get_ready(now + _LEAD)
+                        if until_due < _LEAD and self._heap[0][4] == "fire":
+                            if not (self._idle or self._starting or self._stopping):
+                                self._start_worker()
                             self._spin_until(self._heap[0][0], mono + 2 * _LEAD)
                             continue
                         timeout = min(timeout, until_due - _LEAD)
@@ -861,22 +881,6 @@ class EventsWatcher:
                     timeout = self._poll_interval
                 if timeout > 0:
                     self._cond.wait(timeout)
-
-    def _get_ready(self, horizon: float) -> None:
-        """Start the workers of the channels that fire before ``horizon``, so
-        that at the due time the handoff is a notify, not a new thread."""
-        heap, stack = self._heap, [0]
-        while stack:  # walk the heap's tree, only as deep as entries are due
-            i = stack.pop()
-            if i >= len(heap) or heap[i][0] > horizon:
-                continue
-            stack += (2 * i + 1, 2 * i + 2)
-            _, _, name, generation, action = heap[i]
-            f = self._files.get(name)
-            if action == "fire" and f is not None and f.generation == generation:
-                channel = self._channel(f.event.channel_id)
-                if channel.worker is None and not self._stopping:
-                    channel.worker = self._spawn(lambda channel=channel: self._drain(channel))
 
     def _spin_until(self, due: float, give_up: float) -> None:
         """Busy-wait the last fraction of a millisecond; never past ``give_up``
@@ -1168,7 +1172,7 @@ class EventsWatcher:
     def _channel(self, channel_id: str) -> _Channel:
         channel = self._channels.get(channel_id)
         if channel is None:
-            channel = self._channels[channel_id] = _Channel(channel_id, wake=threading.Condition(self._lock))
+            channel = self._channels[channel_id] = _Channel(channel_id)
         return channel
 
     def _enqueue(self, f: _File) -> None:
@@ -1196,39 +1200,96 @@ class EventsWatcher:
             f.queued = None
 
     def _kick(self, channel: _Channel) -> None:
-        if self._stopping:
+        """A job waits on the channel: make it ready, unless one of its jobs
+        runs (the worker kicks it again when that ends) or it is ready already."""
+        if self._stopping or channel.running is not None or channel.ready:
             return
-        if channel.worker is None:
-            channel.worker = self._spawn(lambda: self._drain(channel))
-        else:
-            channel.wake.notify()  # its worker may be lingering
+        channel.ready = True
+        self._ready.append(channel)
+        self._staff()
 
-    def _start_worker(self, target: Callable[[], None]) -> threading.Thread:
-        thread = threading.Thread(target=target, name="mom_events-channel", daemon=True)
+    # -- the worker pool --------------------------------------------------------
+
+    def _staff(self) -> Optional[float]:
+        """Give ready channels a worker: wake an idle one, or start one when
+        there is none, or when every worker's callback has run longer than
+        _SPAWN_AFTER.  Returns when to look again (monotonic), if needed."""
+        if not self._ready or self._stopping:
+            return None
+        if self._idle:
+            self._work.notify()
+            return None
+        if self._starting or len(self._busy_since) < self._workers:
+            return None  # a worker is on its way to the ready queue
+        at = max(self._busy_since.values(), default=-math.inf) + _SPAWN_AFTER
+        if time.monotonic() < at:
+            return at
+        self._start_worker()
+        return None
+
+    def _start_worker(self) -> None:
+        try:
+            self._spawn(self._work_loop)
+        except RuntimeError as exc:  # "can't start new thread": the ones there carry on
+            log.error("cannot start a worker thread (%s); %d running", exc, self._workers)
+            return
+        self._workers += 1
+        self._starting += 1
+
+    def _start_thread(self, target: Callable[[], None]) -> threading.Thread:
+        thread = threading.Thread(target=target, name="mom_events-worker", daemon=True)
         thread.start()
         return thread
 
-    def _drain(self, channel: _Channel) -> None:
-        """A channel's worker: run its jobs one at a time, linger a little for
-        more, then go away, so an idle channel holds no thread."""
-        job, finished = None, False
-        while True:
-            with self._lock:
-                if job is not None:
-                    channel.running = None
+    def _work_loop(self) -> None:
+        """A pool worker: take the next ready channel, run its next job, put
+        the channel back if more wait; go when nothing was ready for _LINGER."""
+        with self._lock:
+            self._starting -= 1
+            try:
+                me = threading.get_ident()
+                while self._wait_for_work():
+                    channel = self._ready.popleft()
+                    channel.ready = False
+                    if not channel.waiting:
+                        continue  # its jobs were cancelled meanwhile
+                    job = channel.waiting.popleft()
+                    channel.running, channel.thread = job, me
+                    self._busy_since[me] = time.monotonic()
+                    self._unqueued(job)
+                    self._staff()  # more are ready: pass it on
+                    self._lock.release()
+                    try:
+                        finished = self._execute(job)
+                    finally:
+                        self._lock.acquire()
+                        del self._busy_since[me]
+                    channel.running = channel.thread = None
                     if finished and job.event is not None and job.event.type != "periodic":
                         self._delete_after_run(job)
-                    job = None
-                if not (self._stopping or channel.waiting) and self._linger > 0:
-                    channel.wake.wait(self._linger)
-                if self._stopping or not channel.waiting:
-                    channel.worker = None
-                    self._gone.notify_all()
-                    return
-                job = channel.waiting.popleft()
-                channel.running = job
-                self._unqueued(job)
-            finished = self._execute(job)
+                    if channel.waiting:
+                        self._kick(channel)
+                    self._done.notify_all()
+            finally:
+                self._workers -= 1
+                self._done.notify_all()
+
+    def _wait_for_work(self) -> bool:
+        """True once a channel is ready; False to let the worker go."""
+        deadline = None
+        while not self._ready:
+            if self._stopping or self._linger <= 0:
+                return False
+            now = time.monotonic()
+            deadline = deadline or now + self._linger
+            if now >= deadline:
+                return False
+            self._idle += 1
+            try:
+                self._work.wait(deadline - now)
+            finally:
+                self._idle -= 1
+        return not self._stopping
 
     def _execute(self, job: _Job) -> bool:
         """Run one job; whatever it raises is reported, never propagated.

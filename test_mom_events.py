@@ -546,6 +546,96 @@ class PeriodicTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["still works"])
 
 
+class ScanTest(unittest.TestCase):
+    """The scan's fast path: one stat of the directory while no name changed."""
+
+    def counting_lists(self):
+        calls = []
+        real = mom_events._list
+
+        def counting(directory):
+            calls.append(directory)
+            return real(directory)
+        patcher = mock.patch.object(mom_events, "_list", counting)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        return calls
+
+    def settled(self, h):
+        """Make the directory's mtime old enough to trust, then tick once."""
+        os.utime(h.dir, (time.time() - 60, time.time() - 60))
+        h.tick(h.now + 0.1)
+
+    def test_an_unchanged_directory_is_not_listed_again(self):
+        h = Harness(self)
+        h.write("p.json", periodic(), mtime=time.time() - 60)
+        h.start()
+        self.settled(h)
+        calls = self.counting_lists()
+        for _ in range(5):
+            h.tick(h.now + 0.1)
+        self.assertEqual(calls, [])
+
+    def test_a_directory_too_recent_to_trust_is_listed_again(self):
+        h = Harness(self)
+        h.start()
+        calls = self.counting_lists()
+        future = time.time() + 3600  # an mtime that stays "too recent" through the test
+        os.utime(h.dir, (future, future))
+        h.tick(h.now + 0.1)
+        h.tick(h.now + 0.1)
+        self.assertEqual(len(calls), 2)
+
+    def test_a_rename_over_an_existing_file_is_seen_by_the_listing(self):
+        h = Harness(self)
+        h.write("a.json", one_shot(h.now + 100, text="old"), mtime=time.time() - 60)
+        h.start()
+        self.settled(h)
+        tmp = h.write(".a.json.tmp", one_shot(h.now + 50, text="new"))
+        os.rename(tmp, h.dir / "a.json")
+        with mock.patch.object(mom_events, "_sweep_batch", return_value=0):  # no sweep to help
+            h.tick(h.now + 0.1)
+        h.advance(60)
+        self.assertEqual(h.texts(), ["new"])
+
+    def test_a_rewrite_in_place_is_found_by_the_sweep(self):
+        h = Harness(self)
+        h.write("a.json", one_shot(h.now + 100, text="old"), mtime=time.time() - 60)
+        h.start()
+        self.settled(h)
+        calls = self.counting_lists()
+        h.write("a.json", one_shot(h.now + 50, text="new, longer"), mtime=time.time() - 30)
+        h.tick(h.now + 0.1)
+        self.assertEqual(calls, [])  # the directory did not change
+        h.advance(60)
+        self.assertEqual(h.texts(), ["new, longer"])
+
+    def test_the_sweep_keeps_to_its_share_of_a_core(self):
+        batch = mom_events._sweep_batch
+        self.assertEqual(batch(0, 4e-6, 0.2), 0)
+        self.assertEqual(batch(10, 4e-6, 0.2), 10)  # small: everything, every time
+        for known in (1_000, 10_000, 100_000):
+            count = batch(known, 4e-6, 0.2, share=0.003)
+            self.assertLessEqual(count * 4e-6 / 0.2, 0.003 * 1.01)  # cost per second
+            self.assertGreater(count, 0)
+        self.assertLess(batch(1_000, 40e-6, 0.2), batch(1_000, 4e-6, 0.2))  # a slow disk sweeps slower
+
+    def test_relisted_names(self):
+        old = {"a.json": 1, "b.json": 2, "c.json": 3}
+        new = {"a.json": 1, "b.json": 9, "d.json": 4}
+        self.assertEqual(sorted(mom_events._relisted(old, new, stat_all=False)), ["b.json", "c.json", "d.json"])
+        self.assertEqual(sorted(mom_events._relisted(old, new, stat_all=True)),
+                         ["a.json", "b.json", "c.json", "d.json"])
+
+    def test_racy_timestamps(self):
+        second = 1_700_000_000 * 10**9
+        self.assertTrue(mom_events._is_racy(second + 1_999_999_999, second))  # whole seconds: FAT's 2 s
+        self.assertFalse(mom_events._is_racy(second + 2 * 10**9, second))
+        fine = second + 123_456_789
+        self.assertTrue(mom_events._is_racy(fine + 49_000_000, fine))
+        self.assertFalse(mom_events._is_racy(fine + 50_000_000, fine))
+
+
 class ChangeTest(unittest.TestCase):
     def test_same_size_rewrite_that_keeps_the_stat_is_noticed(self):
         """What a coarse timestamp tick does: the second write leaves inode,
@@ -816,8 +906,11 @@ class QueueTest(unittest.TestCase):
         h.write("b.json", immediate("B", "b"))
         with self.assertLogs("mom_events", "WARNING"):
             h.tick(h.now + 0.1)
-        self.assertEqual(len(held), 2)  # a worker per busy channel
+        self.assertEqual(len(h.w._channels["A"].waiting), 5)  # A's sixth was discarded, not B's
         self.assertEqual(len(h.w._channels["B"].waiting), 1)
+        while held:
+            held.pop()()
+        self.assertEqual(sorted(h.texts()), ["0", "1", "2", "3", "4", "b"])
 
 
 class CallbackTest(unittest.TestCase):

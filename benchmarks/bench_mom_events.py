@@ -68,18 +68,6 @@ class Harness:
             if event["filename"] == "zz-probe.json":
                 return
 
-    def cpu_seconds(self) -> float:
-        """CPU time of all its threads, to the nanosecond (schedstat), where
-        /proc/PID/stat counts 10 ms ticks."""
-        total = 0
-        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
-            try:
-                with open(f"/proc/{self.proc.pid}/task/{task}/schedstat") as file:
-                    total += int(file.read().split()[0])
-            except (FileNotFoundError, ProcessLookupError):
-                pass  # a thread that ended meanwhile
-        return total / 1e9
-
     def rss_mb(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as file:
             for line in file:
@@ -96,6 +84,29 @@ class Harness:
             self.proc.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time of all a process's threads, to the nanosecond (schedstat),
+    where /proc/PID/stat counts 10 ms ticks."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as file:
+                total += int(file.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def cpu_shares(pid: int, seconds: float) -> list[float]:
+    """Share of one core (%) the process uses, per one-second window."""
+    shares = []
+    for _ in range(int(seconds)):
+        c0, t0 = cpu_seconds(pid), time.monotonic()
+        time.sleep(1.0)
+        shares.append(100 * (cpu_seconds(pid) - c0) / (time.monotonic() - t0))
+    return shares
+
+
 def write_atomic(path: Path, obj):
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(obj))
@@ -107,17 +118,16 @@ def write_in_place(path: Path, obj):
         file.write(json.dumps(obj))
 
 
-def fill(directory: Path, count: int, kind: str = "periodic"):
+def fill(directory: Path, count: int):
+    """``count`` periodic events that stay idle through the run."""
     for i in range(count):
-        if kind == "periodic":
-            obj = {"type": "periodic", "channelId": f"F{i % 50}", "text": f"filler {i}",
-                   "schedule": FAR, "timezone": "UTC"}
-        (directory / f"filler-{i:05d}.json").write_text(json.dumps(obj))
+        (directory / f"filler-{i:05d}.json").write_text(json.dumps(
+            {"type": "periodic", "channelId": f"F{i % 50}", "text": f"filler {i}", "schedule": FAR,
+             "timezone": "UTC"}))
 
 
 def fresh_dir() -> Path:
-    path = Path(tempfile.mkdtemp(prefix="mom_bench_"))
-    return path
+    return Path(tempfile.mkdtemp(prefix="mom_bench_"))
 
 
 def percentiles(values):
@@ -188,15 +198,33 @@ def idle_cpu(files: int, seconds: float, naive: bool) -> list[float]:
         cli = Harness(directory, naive)
         cli.wait_ready(directory)
         time.sleep(2.5)  # let racy rechecks and the first sweeps settle
-        shares = []
-        for _ in range(int(seconds)):
-            c0, t0 = cli.cpu_seconds(), time.monotonic()
-            time.sleep(1.0)
-            shares.append(100 * (cli.cpu_seconds() - c0) / (time.monotonic() - t0))
+        shares = cpu_shares(cli.proc.pid, seconds)
         cli.close()
         return shares
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+FLOOR = """
+import sys, threading
+cond = threading.Condition()
+with cond:
+    while True:
+        cond.wait(float(sys.argv[1]))
+"""
+
+
+def idle_floor(seconds: float) -> list[float]:
+    """What waking alone costs on this machine: a bare thread waking at the
+    harness's default poll interval, doing nothing else (% of one core)."""
+    interval = mom_events.EventsWatcher(".", print)._poll_interval
+    proc = subprocess.Popen([sys.executable, "-c", FLOOR, str(interval)])
+    try:
+        time.sleep(1.0)
+        return cpu_shares(proc.pid, seconds)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def cli_lateness(count: int) -> tuple[list[float], int]:
@@ -329,7 +357,12 @@ def main() -> int:
     rewrite = rewrite_latency(1000, 10 if quick else 30, naive=False)
     row("in-place rewrite to callback, 1,000 files", rewrite, "ms", "p95 <= 1000",
         percentiles(rewrite)[1] <= 1.0)
+    naive = rewrite_latency(1000, 10 if quick else 30, naive=True)
+    ratios.append(("in-place rewrite latency p50, 1,000 files", percentiles(naive)[0],
+                   percentiles(rewrite)[0], "ms"))
 
+    floor = idle_floor(idle_s)
+    row("idle CPU floor: a bare thread waking as often, no work", floor, "%", "(for reference)", True)
     for files, limit in ((1000, 0.5), (10000, 1.0)):
         shares = idle_cpu(files, idle_s, naive=False)
         row(f"idle CPU, {files:,} files", shares, "%", f"<= {limit} % of a core",
