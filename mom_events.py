@@ -22,9 +22,12 @@ events; it is imported when the first periodic event is parsed.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import fcntl
 import hashlib
 import heapq
+import inspect
 import itertools
 import json
 import logging
@@ -657,6 +660,94 @@ class _DirectoryLock:
 
 
 # ---------------------------------------------------------------------------
+# The history: one JSON line per outcome, for the agent and its operator
+# ---------------------------------------------------------------------------
+
+OUTCOMES = ("queued", "started", "done", "failed", "discarded", "coalesced", "stale", "past",
+            "invalid", "cancelled")
+
+
+def _iso(timestamp: Optional[float], timespec: str = "milliseconds") -> Optional[str]:
+    """A POSIX timestamp in local time with its offset; None stays None."""
+    if timestamp is None:
+        return None
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec=timespec)
+
+
+class _History:
+    """Appends one JSON object per line to a file.  Each line is one
+    ``write`` on an ``O_APPEND`` descriptor, so lines never interleave; a file
+    renamed away (logrotate) is followed to the new one at the path, and one
+    truncated in place (``copytruncate``) is appended to at its new end.  A
+    history that cannot be written is logged once and never stops events."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._fd: Optional[int] = None
+        self._id: Optional[tuple] = None
+        self._broken = False
+
+    def record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
+        entry = {"time": _iso(time.time()), "filename": filename,
+                 "type": event.type if event else None, "channelId": event.channel_id if event else None,
+                 "outcome": outcome}
+        entry.update((key, value) for key, value in fields.items() if value is not None)
+        data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape")
+        with self._lock:
+            try:
+                if self._fd is None or self._rotated():
+                    self._open()
+                os.write(self._fd, data)
+            except OSError as exc:
+                self.close()
+                if not self._broken:
+                    log.error("cannot write the history %s (%s); events go on without it",
+                              self.path, exc.strerror or exc)
+                    self._broken = True
+                return
+            if self._broken:
+                log.warning("the history %s is written again", self.path)
+                self._broken = False
+
+    def _rotated(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return (st.st_dev, st.st_ino) != self._id
+
+    def _open(self) -> None:
+        self.close()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        st = os.fstat(fd)
+        self._fd, self._id = fd, (st.st_dev, st.st_ino)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict]:
+    """Each file's last history entry, from the last ``limit`` bytes."""
+    last: dict[str, dict] = {}
+    with open(path, "rb") as file:
+        file.seek(0, os.SEEK_END)
+        size = file.tell()
+        file.seek(max(0, size - limit))
+        if size > limit:
+            file.readline()  # a partial first line
+        for line in file:
+            try:
+                entry = json.loads(line)
+                last[entry["filename"]] = entry
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short, or not ours
+    return last
+
+
+# ---------------------------------------------------------------------------
 # The watcher: scheduler heap, channel queues, and the files that feed them
 # ---------------------------------------------------------------------------
 
@@ -671,6 +762,7 @@ class _Job:
     generation: int = 0
     sig: Optional[tuple] = None
     digest: Optional[bytes] = None
+    due: Optional[float] = None       # the occurrence's due time, for the history
 
 
 @dataclass(eq=False, slots=True)
@@ -708,6 +800,15 @@ class _Interrupted(Exception):
     run to its end, so its file is kept for the next start."""
 
 
+
+def _is_async(fn) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+async def _awaited(awaitable):
+    return await awaitable
+
+
 def _log_error(event: Event, exc: BaseException) -> None:
     log.error("%s: handler failed: %s", event.filename, exc, exc_info=exc)
 
@@ -715,17 +816,23 @@ def _log_error(event: Event, exc: BaseException) -> None:
 class EventsWatcher:
     """Watch ``events_dir`` and call ``handler(event)`` when each event is due.
 
-    ``handler`` runs on a per-channel worker thread, one event at a time per
-    channel.  ``on_error(event, exc)`` gets what the handler raised (default:
-    log it).  ``clock`` returns the wall-clock time as a POSIX timestamp.
+    ``handler`` runs on a worker thread, one event at a time per channel.
+    ``on_error(event, exc)`` gets what the handler raised (default: log it).
+    Either may be a coroutine function: it then runs on ``loop`` (default: the
+    loop running when ``start()`` is called) while the channel waits for it.
+    ``history`` is a file that gets one JSON line per outcome.  ``clock``
+    returns the wall-clock time as a POSIX timestamp.
     """
 
     def __init__(self, events_dir, handler: Callable[[Event], object],
                  on_error: Optional[Callable[[Event, BaseException], object]] = None,
                  poll_interval: float = 0.04, max_queued: int = 5,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time,
+                 loop: Optional[asyncio.AbstractEventLoop] = None, history=None):
         if not callable(handler):
             raise TypeError("handler must be callable")
+        if on_error is not None and not callable(on_error):
+            raise TypeError("on_error must be callable")
         if not poll_interval > 0:
             raise ValueError("poll_interval must be positive")
         if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
@@ -737,6 +844,10 @@ class EventsWatcher:
         self._poll_interval = poll_interval
         self._max_queued = max_queued
         self._clock = clock
+        self._loop = loop
+        self._needs_loop = _is_async(handler) or _is_async(on_error)
+        self._loop_gone = False
+        self._history = _History(history) if history is not None else None
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)  # wakes the scheduler
         self._work = threading.Condition(self._lock)  # idle workers wait on it
@@ -776,6 +887,13 @@ class EventsWatcher:
         """Take the directory's lock, scan it, act on what is there, and start
         the scheduler thread.  Returns once the start-up scan is done.  Raises
         EventError naming the process when another harness watches it."""
+        if self._loop is None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                if _is_async(self._handler) or _is_async(self._on_error):
+                    raise TypeError("a coroutine handler or on_error needs an event loop: call start() "
+                                    "inside one (or use 'async with'), or pass loop=") from None
         with self._cond:
             if self._started_at is not None:
                 raise RuntimeError("an EventsWatcher can be started only once")
@@ -787,8 +905,11 @@ class EventsWatcher:
         return self
 
     def submit(self, channel_id: str, fn: Callable[[], object]) -> bool:
-        """Run ``fn()`` on the channel's queue, as a user's own message would.
-        Returns False, running nothing, while the channel is busy."""
+        """Run ``fn()`` on the channel's queue, as a user's own message would
+        (a coroutine function runs on the loop).  Returns False, running
+        nothing, while the channel is busy."""
+        if self._loop is None and _is_async(fn):
+            raise TypeError("a coroutine function needs an event loop: pass loop= or start() inside one")
         with self._cond:
             if self._stopping:
                 return False
@@ -818,6 +939,8 @@ class EventsWatcher:
                 self._done.wait(remaining)
             if self._dir_lock is not None:
                 self._dir_lock.release()
+            if self._history is not None:
+                self._history.close()
             return busy
 
     def __enter__(self) -> "EventsWatcher":
@@ -825,6 +948,60 @@ class EventsWatcher:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+    async def astop(self, timeout: float = 30) -> list[str]:
+        """``stop()`` for a coroutine: the waiting happens off the loop, so
+        the callbacks running on it can finish."""
+        return await asyncio.to_thread(self.stop, timeout)
+
+    async def __aenter__(self) -> "EventsWatcher":
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.start)  # the start-up scan reads files: not on the loop
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.astop()
+
+    # -- callbacks, plain or coroutine ------------------------------------------
+
+    def _call(self, fn: Callable, *args) -> object:
+        """Call a callback on this worker thread; if it gives a coroutine, run
+        that on the loop and wait here, so the channel's next job waits too."""
+        result = fn(*args)
+        if not inspect.isawaitable(result):
+            return result
+        loop = self._loop
+        if loop is None:
+            if inspect.iscoroutine(result):
+                result.close()
+            raise TypeError(f"{fn!r} returned an awaitable, but there is no event loop to run it on")
+        try:
+            future = asyncio.run_coroutine_threadsafe(_awaited(result), loop)
+        except RuntimeError:  # the loop is closed
+            self._lost_loop()
+            raise _Interrupted("the event loop is closed") from None
+        while True:
+            try:
+                return future.result(timeout=0.25)
+            except concurrent.futures.TimeoutError:
+                if loop.is_closed():
+                    future.cancel()
+                    self._lost_loop()
+                    raise _Interrupted("the event loop closed while it ran") from None
+            except concurrent.futures.CancelledError:
+                raise _Interrupted("cancelled on the event loop") from None
+
+    def _lost_loop(self) -> None:
+        """The loop the coroutines run on is closed: log it once and stop."""
+        with self._lock:
+            if not self._loop_gone:
+                self._loop_gone = True
+                self._halt("the event loop closed while events were pending")
+
+    def _record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
+        if self._history is not None:
+            self._history.record(outcome, filename, event, **fields)
 
     def _stop_scheduling(self) -> None:
         self._stopping = True
@@ -855,6 +1032,9 @@ class EventsWatcher:
         with self._cond:
             while not self._stopping:
                 try:
+                    if self._needs_loop and self._loop.is_closed():
+                        self._lost_loop()  # its events could never run
+                        break
                     # Clock reads are system calls on some virtual machines: an
                     # idle tick makes as few as it can.
                     now, mono = self._clock(), time.monotonic()
@@ -909,7 +1089,7 @@ class EventsWatcher:
                 self._load(f, now)
             else:
                 f.due = None
-                self._fire(f, now)
+                self._fire(f, due, now)
 
     def _push(self, f: _File, due: float, action: str = "fire") -> None:
         if action == "fire":
@@ -1047,7 +1227,7 @@ class EventsWatcher:
         f = self._files.get(name)
         if f is None:
             f = self._files[name] = _File(name)
-        self._cancel(f)
+        self._cancel(f, "file changed")
         f.sig, f.attempts, f.quiet, f.at_startup = entry.sig, 0, False, startup
         self._load(f, now)
 
@@ -1069,8 +1249,12 @@ class EventsWatcher:
         elif not _is_racy(read_ns, f.sig[3]):
             self._racy.discard(name)
 
-    def _cancel(self, f: _File) -> None:
-        """Kill its heap entries and its occurrence waiting in a queue."""
+    def _cancel(self, f: _File, why: Optional[str] = None) -> None:
+        """Kill its heap entries and its occurrence waiting in a queue; with
+        ``why``, what was pending goes to the history as cancelled."""
+        if why and f.event is not None and (f.due is not None or f.queued is not None):
+            self._record("cancelled", f.name, f.event, dueAt=_iso(f.due or (f.queued and f.queued.due)),
+                         detail=why + (" while waiting in the queue" if f.queued else " before it was due"))
         f.generation += 1
         f.due = None
         job, f.queued = f.queued, None
@@ -1083,7 +1267,7 @@ class EventsWatcher:
         """The file is gone (or is no longer a regular file)."""
         f = self._files.pop(name, None)
         if f is not None:
-            self._cancel(f)
+            self._cancel(f, "file is no longer a regular file" if keep_warning else "file removed")
         self._racy.discard(name)
         if not keep_warning:
             self._ignored.pop(name, None)
@@ -1122,6 +1306,7 @@ class EventsWatcher:
             f.event = None
             if not f.quiet:
                 log.error("%s; leaving the file in place", exc)
+                self._record("invalid", f.name, detail=exc.reason + "; the file stays")
                 f.quiet = True
             return
         except EventError as exc:
@@ -1140,6 +1325,7 @@ class EventsWatcher:
             self._push(f, now + delay, "retry")
             return
         log.error("%s; deleting the file", exc)
+        self._record("invalid", f.name, detail=exc.reason)
         self._delete(f)
 
     def _schedule(self, f: _File, now: float) -> None:
@@ -1149,23 +1335,25 @@ class EventsWatcher:
             # always runs, whatever mtime mv or cp -p gave it.
             if f.at_startup and f.sig[3] < (self._started_at * 1e9) - _TICK_NS:
                 log.info("%s: immediate event from before start-up (stale); deleting it without running", f.name)
+                self._record("stale", f.name, event, detail="written before start-up")
                 self._delete(f)
             else:
-                self._enqueue(f)
+                self._enqueue(f, None)
         elif event.type == "one-shot":
             due = _parse_at(event.at, f.name).timestamp()
             if due <= now:
                 log.info("%s: one-shot time %s has passed; deleting it without running", f.name, event.at)
+                self._record("past", f.name, event, dueAt=_iso(due))
                 self._delete(f)
             else:
                 self._push(f, due)
         else:
             self._push(f, _next_fire_ts(event, now))
 
-    def _fire(self, f: _File, now: float) -> None:
+    def _fire(self, f: _File, due: float, now: float) -> None:
         if f.event.type == "periodic":
             self._push(f, _next_fire_ts(f.event, now))  # from now: no catch-up
-        self._enqueue(f)
+        self._enqueue(f, due)
 
     # -- channel queues -------------------------------------------------------
 
@@ -1175,22 +1363,27 @@ class EventsWatcher:
             channel = self._channels[channel_id] = _Channel(channel_id)
         return channel
 
-    def _enqueue(self, f: _File) -> None:
+    def _enqueue(self, f: _File, due: Optional[float]) -> None:
         event = f.event
         channel = self._channel(event.channel_id)
         if f.queued is not None:
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
                      f.name, channel.id)
+            self._record("coalesced", f.name, event, dueAt=_iso(due),
+                         detail="its previous occurrence is still waiting")
             return
         if len(channel.waiting) >= self._max_queued:
             log.warning("%s: channel %s already has %d events waiting; discarding this occurrence",
                         f.name, channel.id, len(channel.waiting))
+            self._record("discarded", f.name, event, dueAt=_iso(due),
+                         detail=f"{len(channel.waiting)} events already waiting on the channel")
             if event.type != "periodic":
                 self._delete(f)
             return
-        job = _Job(channel.id, event=event, generation=f.generation, sig=f.sig, digest=f.digest)
+        job = _Job(channel.id, event=event, generation=f.generation, sig=f.sig, digest=f.digest, due=due)
         channel.waiting.append(job)
         f.queued = job
+        self._record("queued", f.name, event, dueAt=_iso(due))
         self._kick(channel)
 
     def _unqueued(self, job: _Job) -> None:
@@ -1260,7 +1453,14 @@ class EventsWatcher:
                     self._staff()  # more are ready: pass it on
                     self._lock.release()
                     try:
-                        finished = self._execute(job)
+                        started = time.time()
+                        if job.event is not None:
+                            self._record("started", job.event.filename, job.event, dueAt=_iso(job.due))
+                        finished, error = self._execute(job)
+                        if job.event is not None:
+                            self._record("done" if error is None else "failed", job.event.filename, job.event,
+                                         dueAt=_iso(job.due), startedAt=_iso(started),
+                                         finishedAt=_iso(time.time()), detail=error)
                     finally:
                         self._lock.acquire()
                         del self._busy_since[me]
@@ -1291,26 +1491,30 @@ class EventsWatcher:
                 self._idle -= 1
         return not self._stopping
 
-    def _execute(self, job: _Job) -> bool:
+    def _execute(self, job: _Job) -> tuple[bool, Optional[str]]:
         """Run one job; whatever it raises is reported, never propagated.
-        False when it was cut short at shutdown, so its file stays."""
+        Returns whether it ran to its end (not when cut short at shutdown:
+        then its file stays) and what went wrong, in one line, if anything."""
         try:
             if job.event is None:
-                job.fn()
+                self._call(job.fn)
             else:
-                self._handler(job.event)
+                self._call(self._handler, job.event)
         except _Interrupted as exc:
             log.warning("%s: %s; its file stays", job.event.filename if job.event else job.channel, exc)
-            return False
+            return False, f"interrupted: {exc}"
         except BaseException as exc:  # no worker ever dies
             if job.event is None:
                 log.error("function submitted to channel %s raised: %s", job.channel, exc, exc_info=exc)
-                return True
-            try:
-                self._on_error(job.event, exc)
-            except BaseException as second:
-                log.error("%s: on_error raised: %s", job.event.filename, second, exc_info=second)
-        return True
+            else:
+                try:
+                    self._call(self._on_error, job.event, exc)
+                except _Interrupted:
+                    pass
+                except BaseException as second:
+                    log.error("%s: on_error raised: %s", job.event.filename, second, exc_info=second)
+            return True, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return True, None
 
     # -- deleting files --------------------------------------------------------
 
@@ -1470,11 +1674,26 @@ Or let it write a one-shot a few minutes ahead, so that a burst becomes a single
 """
 
 
-def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Optional[str] = None) -> str:
+_HISTORY_PROMPT = """
+### Did it run? The history
+
+Every outcome is appended to `{history}`, one JSON object per line: `queued`, `started`, `done`,
+`failed` (with the error in `detail`), `discarded` (queue full), `coalesced`, `stale`, `past`,
+`invalid` (with the reason) and `cancelled` (removed or changed before it ran), with `time`, `filename`,
+`type`, `channelId` and, where known, `dueAt`, `startedAt`, `finishedAt`, `detail`. The last lines for
+one file:
+```bash
+grep -F '"filename": "dentist.json"' {history} | tail -n 5
+```
+"""
+
+
+def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Optional[str] = None,
+                  history=None) -> str:
     """A Markdown section for an agent's system prompt that teaches it to
     schedule, inspect and cancel its own events.  ``timezone`` is the one the
     agent should assume (default: the host's); an unknown name raises
-    ValueError."""
+    ValueError.  ``history``: the harness's history file, if it keeps one."""
     directory = os.fspath(events_dir).rstrip("/") or "/"
     if timezone is None:
         timezone = _host_timezone()
@@ -1495,7 +1714,7 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
     def example(kind: str, **fields) -> str:
         return json.dumps({"type": kind, "channelId": channel, **fields}, ensure_ascii=False)
 
-    return _PROMPT.format(
+    text = _PROMPT.format(
         dir=directory, tz=timezone, tz_text=tz_text, at=at, channel=channel,
         which_channel="" if channel_id else
         "\nPut the ID of the channel the event should wake you in into `channelId`.",
@@ -1503,6 +1722,9 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
         one_shot=example("one-shot", text="Remind Mario about the dentist at 10:00", at=at),
         periodic=example("periodic", text="Check the inbox and post a summary",
                          schedule="0 9 * * 1-5", timezone=timezone))
+    if history is not None:
+        text += _HISTORY_PROMPT.format(history=os.fspath(history))
+    return text
 
 
 # ---------------------------------------------------------------------------
@@ -1510,13 +1732,9 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
 # ---------------------------------------------------------------------------
 
 
-def _local_iso(timestamp: float, timespec: str = "milliseconds") -> str:
-    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec=timespec)
-
-
 def _event_json(event: Event, fired_at: float) -> str:
     return json.dumps({
-        "firedAt": _local_iso(fired_at), "filename": event.filename, "type": event.type,
+        "firedAt": _iso(fired_at), "filename": event.filename, "type": event.type,
         "channelId": event.channel_id, "text": event.text, "message": event.message,
         "at": event.at, "schedule": event.schedule, "timezone": event.timezone,
     })
@@ -1531,7 +1749,7 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
         if as_json:
             line = _event_json(event, fired_at)
         else:
-            line = f"{_local_iso(fired_at)} {event.channel_id} {event.message}"
+            line = f"{_iso(fired_at)} {event.channel_id} {event.message}"
         with lock:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
@@ -1714,24 +1932,36 @@ def _check_line(directory: str, name: str, now: float) -> tuple[bool, str]:
         when = "on arrival"
     elif event.type == "one-shot":
         due = _parse_at(event.at, name).timestamp()
-        when = _local_iso(due, "seconds") if due > now else "never (its time has passed)"
+        when = _iso(due, "seconds") if due > now else "never (its time has passed)"
     else:
-        when = _local_iso(_next_fire_ts(event, now), "seconds")
+        when = _iso(_next_fire_ts(event, now), "seconds")
     return True, f"{name}: ok: {event.type} on channel {event.channel_id}, next {when}"
 
 
-def _check(directory: str) -> int:
-    """--check: one line per event file; 0 when every one is valid."""
+def _check(directory: str, history: Optional[str] = None) -> int:
+    """--check: one line per event file; 0 when every one is valid.  With a
+    history, each line also says the file's last outcome."""
     try:
         with os.scandir(directory) as entries:
             names = sorted(entry.name for entry in entries if _is_event_name(entry.name))
     except OSError as exc:
         log.error("cannot check %s: %s", directory, exc.strerror or exc)
         return 1
+    last = {}
+    if history is not None:
+        try:
+            last = _last_outcomes(history)
+        except OSError as exc:
+            log.warning("cannot read the history %s: %s", history, exc.strerror or exc)
     now, bad = time.time(), 0
     for name in names:
         ok, line = _check_line(directory, name, now)
         bad += not ok
+        if name in last:
+            entry = last[name]
+            line += f"; last: {entry.get('outcome')} at {entry.get('time')}"
+            if entry.get("detail"):
+                line += f" ({entry['detail']})"
         sys.stdout.write(line + "\n")
     sys.stdout.flush()
     log.info("%d event files in %s: %d valid, %d not", len(names), directory, len(names) - bad, bad)
@@ -1776,6 +2006,9 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
                              "failed (default: no limit)")
     parser.add_argument("--grace", type=lambda text: _seconds(text, zero_ok=True), default=30.0, metavar="SECONDS",
                         help="on SIGTERM or SIGINT, how long running events may take to finish (default: 30)")
+    parser.add_argument("--history", metavar="PATH",
+                        help="append one JSON line per outcome to PATH (e.g. DIR/.history.jsonl); with --check, "
+                             "show each file's last outcome; with --prompt, tell the agent where it is")
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument("--check", action="store_true",
                        help="validate every event file, print one line each and exit (0: all valid); "
@@ -1803,10 +2036,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(message)s")
     sys.stdout.reconfigure(errors="backslashreplace")  # file names need not be valid UTF-8
     if args.prompt:
-        sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel))
+        history = os.path.abspath(args.history) if args.history else None
+        sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel, history))
         return 0
     if args.check:
-        return _check(args.dir)
+        return _check(args.dir, args.history)
     return _serve(args)
 
 
@@ -1834,7 +2068,7 @@ def _serve(args: argparse.Namespace) -> int:
             printer(event)
             commands(event)
 
-    watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll)
+    watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history)
     watcher._on_halt = lambda reason: (halted.append(reason), stop.set())
     try:
         watcher.start()

@@ -2,6 +2,7 @@
 decision methods take ``now``, and channel workers are run by hand.  A few
 end-to-end tests use the real thread, real files and the CLI."""
 
+import asyncio
 import json
 import logging
 import os
@@ -725,7 +726,8 @@ class RetryTest(unittest.TestCase):
         self.assertEqual(h.w._files["w.json"].attempts, 1)
         h.advance(0.69)
         self.assertTrue(h.exists("w.json"))
-        h.advance(0.02)
+        with self.assertLogs("mom_events", "ERROR"):
+            h.advance(0.02)
         self.assertFalse(h.exists("w.json"))
 
     def test_unreadable_file_is_logged_once_and_left_alone(self):
@@ -1627,3 +1629,494 @@ class ShutdownTest(CliCase):
                 cli.signal(signum)
                 self.assertEqual(cli.finish(), status)
                 self.assertLess(time.monotonic() - t0, 5)
+
+
+# ---------------------------------------------------------------------------
+# asyncio, the history, and the README's recipes
+# ---------------------------------------------------------------------------
+
+
+def read_history(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+class AsyncTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_async_"))
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+
+    def put(self, name, content):
+        tmp = self.dir / f".{name}.tmp"
+        tmp.write_text(json.dumps(content))
+        tmp.rename(self.dir / name)
+
+    async def until(self, predicate, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                self.fail("timed out")
+            await asyncio.sleep(0.01)
+
+    def run_loop(self, coro):
+        return asyncio.run(asyncio.wait_for(coro, 60))
+
+    def test_serial_per_channel_concurrent_across_channels_and_the_loop_never_blocks(self):
+        active, peak, order, lags = {}, {"all": 0}, [], []
+
+        async def handler(event):
+            active[event.channel_id] = active.get(event.channel_id, 0) + 1
+            peak[event.channel_id] = max(peak.get(event.channel_id, 0), active[event.channel_id])
+            peak["all"] = max(peak["all"], sum(active.values()))
+            await asyncio.sleep(0.15)
+            active[event.channel_id] -= 1
+            order.append(event.text)
+
+        async def ticker():
+            while True:
+                t0 = time.monotonic()
+                await asyncio.sleep(0.005)
+                lags.append(time.monotonic() - t0 - 0.005)
+
+        async def main():
+            for i in range(30):  # a start-up scan with work to do
+                self.put(f"p{i}.json", periodic("0 0 1 1 *", "P"))
+            tick = asyncio.create_task(ticker())
+            async with EventsWatcher(self.dir, handler, poll_interval=0.02):
+                for i in range(3):
+                    self.put(f"a{i}.json", immediate("A", f"a{i}"))
+                    self.put(f"b{i}.json", immediate("B", f"b{i}"))
+                    await asyncio.sleep(0.01)
+                await self.until(lambda: len(order) == 6)
+            tick.cancel()
+
+        self.run_loop(main())
+        self.assertEqual((peak["A"], peak["B"], peak["all"]), (1, 1, 2))
+        self.assertEqual([t for t in order if t.startswith("a")], ["a0", "a1", "a2"])
+        self.assertLess(max(lags), 0.1)
+        self.assertEqual(sorted(p.name for p in self.dir.glob("[ab]*.json")), [])
+
+    def test_an_exception_goes_to_a_coroutine_on_error_and_the_file_goes(self):
+        errors = []
+
+        async def handler(event):
+            await asyncio.sleep(0)
+            raise ValueError("agent crashed")
+
+        async def on_error(event, exc):
+            await asyncio.sleep(0)
+            errors.append((event.filename, str(exc)))
+
+        async def main():
+            async with EventsWatcher(self.dir, handler, on_error=on_error, poll_interval=0.02):
+                self.put("a.json", immediate())
+                await self.until(lambda: errors and not (self.dir / "a.json").exists())
+
+        self.run_loop(main())
+        self.assertEqual(errors, [("a.json", "agent crashed")])
+
+    def test_rm_cancels_an_event_waiting_behind_a_coroutine(self):
+        release, ran = asyncio.Event(), []
+
+        async def handler(event):
+            ran.append(event.filename)
+            await release.wait()
+
+        async def main():
+            history = self.dir / ".history.jsonl"
+            async with EventsWatcher(self.dir, handler, poll_interval=0.02, history=history) as w:
+                self.put("first.json", immediate())
+                await self.until(lambda: ran == ["first.json"])
+                self.put("second.json", immediate())
+                await self.until(lambda: len(w._channels["C1"].waiting) == 1)
+                (self.dir / "second.json").unlink()
+                await self.until(lambda: not w._channels["C1"].waiting)
+                release.set()
+                await self.until(lambda: not (self.dir / "first.json").exists())
+            return read_history(history)
+
+        records = self.run_loop(main())
+        self.assertEqual(ran, ["first.json"])
+        second = [r["outcome"] for r in records if r["filename"] == "second.json"]
+        self.assertEqual(second, ["queued", "cancelled"])
+
+    def test_astop_returns_while_a_coroutine_runs_and_names_its_channel(self):
+        release = asyncio.Event()
+        started = asyncio.Event()
+
+        async def handler(event):
+            started.set()
+            await release.wait()
+
+        async def main():
+            w = EventsWatcher(self.dir, handler, poll_interval=0.02)
+            await w.__aenter__()
+            self.put("a.json", immediate("busy"))
+            await started.wait()
+            t0 = time.monotonic()
+            still = await w.astop(timeout=0.2)
+            waited = time.monotonic() - t0
+            exists_then = (self.dir / "a.json").exists()
+            release.set()
+            await self.until(lambda: not (self.dir / "a.json").exists())
+            return still, waited, exists_then
+
+        still, waited, exists_then = self.run_loop(main())
+        self.assertEqual(still, ["busy"])
+        self.assertLess(waited, 5)
+        self.assertTrue(exists_then)  # deleted only once the coroutine finished
+
+    def test_submit_runs_a_coroutine_function_and_refuses_while_busy(self):
+        results = []
+
+        async def main():
+            release = asyncio.Event()
+
+            async def work():
+                await release.wait()
+                results.append("worked")
+
+            async with EventsWatcher(self.dir, lambda e: None, poll_interval=0.02) as w:
+                self.assertTrue(w.submit("C", work))
+                self.assertFalse(w.submit("C", work))
+                release.set()
+                await self.until(lambda: results)
+                await self.until(lambda: w.submit("C", work))
+                await self.until(lambda: len(results) == 2)
+
+        self.run_loop(main())
+        self.assertEqual(results, ["worked", "worked"])
+
+    def test_a_coroutine_callback_without_a_loop_is_a_type_error(self):
+        async def handler(event):
+            pass
+
+        with self.assertRaisesRegex(TypeError, "needs an event loop"):
+            EventsWatcher(self.dir, handler).start()
+        w = EventsWatcher(self.dir, lambda e: None).start()
+        self.addCleanup(w.stop)
+        with self.assertRaisesRegex(TypeError, "needs an event loop"):
+            w.submit("C", handler)
+
+    def test_a_closed_loop_is_noticed_logged_once_and_the_watcher_stops(self):
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+
+        async def handler(event):
+            pass
+
+        w = EventsWatcher(self.dir, handler, loop=loop, poll_interval=0.02)
+        self.put("later.json", one_shot(time.time() + 60))
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            w.start()
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+            loop.close()
+            self.assertTrue(wait_for(lambda: w._stopping))
+            w.stop()
+        closed = [line for line in logs.output if "event loop closed" in line]
+        self.assertEqual(len(closed), 1)
+        self.assertTrue((self.dir / "later.json").exists())
+
+
+class HistoryTest(unittest.TestCase):
+    def harness(self, **kwargs):
+        h = Harness(self, history=None, **kwargs)
+        self.path = h.dir / ".history.jsonl"
+        h.w._history = mom_events._History(self.path)
+        return h
+
+    def outcomes(self, name=None):
+        return [(r["filename"], r["outcome"]) for r in read_history(self.path) if name in (None, r["filename"])]
+
+    def test_every_outcome(self):
+        h = self.harness(now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("stale.json", immediate(), mtime=h.now - 60)
+        h.write("past.json", one_shot(h.now - 60))
+        h.start()
+        h.write("ok.json", immediate("C1", "fine"))
+        h.write("bad.json", "{")
+        h.tick(h.now + 0.1)
+        with self.assertLogs("mom_events", "ERROR"):
+            h.advance(1)  # the bad file's retries run out
+        h.handler = lambda event: (_ for _ in ()).throw(RuntimeError("boom"))
+        h.write("boom.json", immediate("C2"))
+        h.tick(h.now + 0.1)
+        h.write("rm.json", one_shot(h.now + 100))
+        h.tick(h.now + 0.1)
+        (h.dir / "rm.json").unlink()
+        h.tick(h.now + 0.1)
+        self.assertEqual(self.outcomes("stale.json"), [("stale.json", "stale")])
+        self.assertEqual(self.outcomes("past.json"), [("past.json", "past")])
+        self.assertEqual(self.outcomes("ok.json"),
+                         [("ok.json", "queued"), ("ok.json", "started"), ("ok.json", "done")])
+        self.assertEqual(self.outcomes("bad.json"), [("bad.json", "invalid")])
+        self.assertEqual([o for _, o in self.outcomes("boom.json")], ["queued", "started", "failed"])
+        self.assertEqual(self.outcomes("rm.json"), [("rm.json", "cancelled")])
+        records = {(r["filename"], r["outcome"]): r for r in read_history(self.path)}
+        done = records[("ok.json", "done")]
+        self.assertEqual((done["type"], done["channelId"]), ("immediate", "C1"))
+        for key in ("time", "startedAt", "finishedAt"):
+            self.assertIsNotNone(datetime.fromisoformat(done[key]).tzinfo)
+        self.assertNotIn("dueAt", done)  # an immediate has no due time
+        self.assertIn("invalid JSON", records[("bad.json", "invalid")]["detail"])
+        self.assertIsNone(records[("bad.json", "invalid")]["type"])
+        self.assertEqual(records[("boom.json", "failed")]["detail"], "RuntimeError: boom")
+        self.assertIn("file removed", records[("rm.json", "cancelled")]["detail"])
+        self.assertAlmostEqual(datetime.fromisoformat(records[("rm.json", "cancelled")]["dueAt"]).timestamp(),
+                               h.now - 0.2 + 100, delta=0.001)
+
+    def test_discarded_and_coalesced(self):
+        h = self.harness(now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.start()
+        held = []
+        h.w._spawn = hold(held)
+        for i in range(6):
+            h.write(f"q{i}.json", immediate(text=str(i)), mtime=time.time() + i)
+        h.write("tick.json", periodic("* * * * *", "P"))
+        with self.assertLogs("mom_events", "WARNING"):
+            h.tick(h.now + 0.1)
+        h.advance(60)
+        h.advance(60)  # the first occurrence still waits: the second is coalesced
+        self.assertEqual([o for _, o in self.outcomes("q5.json")], ["discarded"])
+        self.assertEqual([o for _, o in self.outcomes("tick.json")], ["queued", "coalesced"])
+        coalesced = read_history(self.path)[-1]
+        self.assertEqual(datetime.fromisoformat(coalesced["dueAt"]), utc(2025, 1, 1, 9, 2))
+
+    def test_a_change_while_waiting_in_the_queue_is_cancelled(self):
+        h = self.harness()
+        h.start()
+        held = []
+        h.w._spawn = hold(held)
+        h.write("a.json", immediate(text="old"))
+        h.tick(h.now + 0.1)
+        h.write("a.json", immediate(text="newer"))
+        h.tick(h.now + 0.1)
+        cancelled = [r for r in read_history(self.path) if r["outcome"] == "cancelled"]
+        self.assertEqual(len(cancelled), 1)
+        self.assertEqual(cancelled[0]["detail"], "file changed while waiting in the queue")
+
+    def test_rotation_by_rename_and_by_copytruncate(self):
+        path = Path(tempfile.mkdtemp()) / "h.jsonl"
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(path.parent)], check=False))
+        history = mom_events._History(path)
+        history.record("queued", "a.json")
+        path.rename(path.with_name("h.jsonl.1"))  # logrotate's create mode
+        history.record("started", "a.json")
+        self.assertEqual([r["outcome"] for r in read_history(path.with_name("h.jsonl.1"))], ["queued"])
+        self.assertEqual([r["outcome"] for r in read_history(path)], ["started"])
+        with open(path, "r+") as file:  # copytruncate
+            file.truncate(0)
+        history.record("done", "a.json")
+        self.assertEqual(path.read_bytes()[:1], b"{")  # no hole of NULs before the new line
+        self.assertEqual([r["outcome"] for r in read_history(path)], ["done"])
+        history.close()
+
+    def test_lines_from_many_threads_never_interleave(self):
+        path = Path(tempfile.mkdtemp()) / "h.jsonl"
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(path.parent)], check=False))
+        history = mom_events._History(path)
+        text = "x" * 5000
+
+        def write(i):
+            for j in range(50):
+                history.record("done", f"{i}-{j}.json", detail=text)
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        records = read_history(path)
+        self.assertEqual(len(records), 400)
+        self.assertTrue(all(r["detail"] == text for r in records))
+
+    def test_an_unwritable_history_is_logged_once_and_events_go_on(self):
+        h = Harness(self)
+        h.w._history = mom_events._History(h.dir / "missing" / "h.jsonl")
+        h.start()
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            for i in range(3):
+                h.write(f"a{i}.json", immediate(text=str(i)))
+                h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["0", "1", "2"])
+        self.assertEqual(len([line for line in logs.output if "cannot write the history" in line]), 1)
+        (h.dir / "missing").mkdir()
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            h.write("b.json", immediate(text="b"))
+            h.tick(h.now + 0.1)
+        self.assertTrue(any("written again" in line for line in logs.output))
+        self.assertEqual(len(read_history(h.dir / "missing" / "h.jsonl")), 3)
+
+    def test_the_cli_writes_it_and_check_shows_the_last_outcome(self):
+        base = Path(tempfile.mkdtemp(prefix="mom_events_hist_"))
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(base)], check=False))
+        events, path = base / "events", base / "events" / ".history.jsonl"
+        events.mkdir()
+        (events / "tick.json").write_text(json.dumps(periodic("* * * * * *", "C1")))
+        cli = Cli(self, events, "--history", path, "--poll", "0.05")
+        cli.wait_err("watching")
+        self.assertTrue(wait_for(lambda: path.exists() and "done" in path.read_text()))
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--check",
+                                 "--history", str(path)], capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout, r"tick\.json: ok: periodic on channel C1, next .*; last: \w+ at 20")
+        prompt = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--prompt",
+                                 "--history", str(path)], capture_output=True, text=True, timeout=60)
+        self.assertIn(f"grep -F '\"filename\": \"dentist.json\"' {path} | tail -n 5", prompt.stdout)
+
+
+class RecipeTest(unittest.TestCase):
+    """The README's recipes, run against stand-in clients."""
+
+    def recipe(self, name):
+        readme = (HERE / "README.md").read_text()
+        for block in readme.split("```python\n")[1:]:
+            code = block.split("```")[0]
+            if code.startswith(f"# recipe: {name}\n"):
+                return code
+        self.fail(f"no recipe {name!r} in the README")
+
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_recipe_"))
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        (self.dir / "events").mkdir()
+        cwd = os.getcwd()
+        os.chdir(self.dir)
+        self.addCleanup(os.chdir, cwd)
+        self.modules = sys.modules
+        patcher = mock.patch.dict(sys.modules)  # what the test adds goes away after it
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def put(self, name, content):
+        tmp = self.dir / "events" / f".{name}.tmp"
+        tmp.write_text(json.dumps(content))
+        tmp.rename(self.dir / "events" / name)
+
+    def test_sync_bot(self):
+        posts, release = [], threading.Event()
+
+        class Chat:
+            def post(self, channel, text):
+                posts.append((channel, text))
+
+            def serve(self, on_mention):
+                test.put("hook.json", immediate("C1", "New ticket"))
+                test.put("boom.json", immediate("C2", "explode"))
+                assert wait_for(lambda: ("C1", "agent says: ok") in posts)
+                on_mention("C3", "hello")  # the agent blocks on C3 until released
+                assert wait_for(lambda: ("C3", "hello") in agent.calls)
+                on_mention("C3", "again")  # busy: refused
+                release.set()
+                assert wait_for(lambda: ("C3", "agent says: ok") in posts)
+                assert wait_for(lambda: any("failed" in text for _, text in posts))
+
+        class Agent:
+            system_prompt = ""
+            calls = []
+
+            def run(self, channel, text):
+                self.calls.append((channel, text))
+                if "explode" in text:
+                    raise RuntimeError("agent crashed")
+                if text == "hello":
+                    release.wait(10)
+                return "agent says: ok"
+
+        test, agent = self, Agent()
+        self.modules["my_bot"] = mock.Mock(chat=Chat(), agent=agent)
+        namespace = {"__name__": "recipe"}
+        exec(compile(self.recipe("sync-bot"), "README:sync-bot", "exec"), namespace)
+        with mock.patch("logging.basicConfig"):
+            namespace["main"]()
+        self.assertIn(("C1", "_Starting event: hook.json_"), posts)
+        self.assertEqual(agent.calls[0][0], "C1")
+        self.assertIn("[EVENT:hook.json:immediate] New ticket", [text for _, text in agent.calls])
+        self.assertIn(("C3", "Already working"), posts)
+        self.assertIn(("C2", "_Event boom.json failed: agent crashed_"), posts)
+        self.assertIn("## Scheduled events", agent.system_prompt)
+        self.assertIn("events/.history.jsonl", agent.system_prompt)
+        self.assertFalse((self.dir / "events" / "hook.json").exists())
+        outcomes = [r["outcome"] for r in read_history(self.dir / "events" / ".history.jsonl")
+                    if r["filename"] == "hook.json"]
+        self.assertEqual(outcomes, ["queued", "started", "done"])
+
+    def test_async_slack_bot(self):
+        posts, said, mentions = [], [], []
+        test = self
+
+        class Client:
+            async def chat_postMessage(self, channel, text):
+                await asyncio.sleep(0)
+                posts.append((channel, text))
+
+        class AsyncApp:
+            def __init__(self, token):
+                self.client = Client()
+
+            def event(self, name):
+                assert name == "app_mention"
+
+                def register(fn):
+                    mentions.append(fn)
+                    return fn
+                return register
+
+        gate = asyncio.Event
+
+        class AsyncSocketModeHandler:
+            def __init__(self, app, token):
+                assert token == "xapp-test"
+
+            async def start_async(self):
+                test.put("hook.json", immediate("C1", "New ticket"))
+                test.put("boom.json", immediate("C2", "explode"))
+                await test.until(lambda: ("C1", "agent: [EVENT:hook.json:immediate] New ticket") in posts)
+
+                async def say(text):
+                    said.append(text)
+                agent_gate.clear()
+                await mentions[0]({"channel": "C3", "text": "slow"}, say)
+                await mentions[0]({"channel": "C3", "text": "again"}, say)
+                agent_gate.set()
+                await test.until(lambda: "agent: slow" in said)
+                await test.until(lambda: any("failed" in text for _, text in posts))
+
+        agent_gate = None
+
+        async def run_agent(channel, text):
+            if "explode" in text:
+                raise RuntimeError("agent crashed")
+            await agent_gate.wait()
+            return f"agent: {text}"
+
+        bolt = mock.Mock()
+        self.modules.update({
+            "slack_bolt": bolt, "slack_bolt.async_app": mock.Mock(AsyncApp=AsyncApp),
+            "slack_bolt.adapter": bolt, "slack_bolt.adapter.socket_mode": bolt,
+            "slack_bolt.adapter.socket_mode.async_handler": mock.Mock(AsyncSocketModeHandler=AsyncSocketModeHandler),
+            "my_agent": mock.Mock(run_agent=run_agent),
+        })
+        namespace = {"__name__": "recipe"}
+        with mock.patch.dict(os.environ, {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_APP_TOKEN": "xapp-test"}):
+            exec(compile(self.recipe("async-slack-bot"), "README:async-slack-bot", "exec"), namespace)
+
+            async def main():
+                nonlocal agent_gate
+                agent_gate = gate()
+                agent_gate.set()
+                await asyncio.wait_for(namespace["main"](), 60)
+            asyncio.run(main())
+        self.assertIn(("C1", "_Starting event: hook.json_"), posts)
+        self.assertIn(("C2", "_Event boom.json failed: agent crashed_"), posts)
+        self.assertEqual(said, ["Already working", "agent: slow"])
+        self.assertFalse((self.dir / "events" / "hook.json").exists())
+
+    async def until(self, predicate, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out")
+            await asyncio.sleep(0.01)

@@ -405,7 +405,7 @@ def main() -> int:
     print("| --- | --- | --- | --- |")
     for figure, naive, fast, unit in ratios:
         scale = 1000 if unit == "ms" else 1
-        ratio = f"{naive / fast:.1f}x" if fast > 0 else "n/a"
+        ratio = f"{naive / fast:.2g}x" if fast > 0 else "n/a"
         print(f"| {figure} | {naive * scale:.3g} {unit} | {fast * scale:.3g} {unit} | {ratio} |")
     return 0
 
