@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Callable, Optional
@@ -123,12 +123,15 @@ class Event:
     at: Optional[str] = None
     schedule: Optional[str] = None
     timezone: Optional[str] = None
+    late: Optional[float] = None  # seconds: a one-shot run late under misfire_grace
 
     @property
     def message(self) -> str:
         """What the agent is woken with: ``[EVENT:file:type:when] text``."""
         when = self.at if self.type == "one-shot" else self.schedule
         tag = f"{self.filename}:{self.type}" + (f":{when}" if when is not None else "")
+        if self.late is not None:
+            return f"[EVENT:{tag}] (late by {self.late:.0f} s: the harness was not running when it was due) {self.text}"
         return f"[EVENT:{tag}] {self.text}"
 
 
@@ -767,8 +770,9 @@ class _Job:
 
 @dataclass(eq=False, slots=True)
 class _File:
-    """What the watcher knows of one event file.  Every change bumps
-    ``generation``; heap entries and queued jobs of older generations are dead."""
+    """What the watcher knows of one event file.  Every change gives it a new
+    ``generation``, unique in the watcher; heap entries and queued jobs of
+    other generations are dead."""
 
     name: str
     generation: int = 0
@@ -828,7 +832,7 @@ class EventsWatcher:
                  on_error: Optional[Callable[[Event, BaseException], object]] = None,
                  poll_interval: float = 0.04, max_queued: int = 5,
                  clock: Callable[[], float] = time.time,
-                 loop: Optional[asyncio.AbstractEventLoop] = None, history=None):
+                 loop: Optional[asyncio.AbstractEventLoop] = None, history=None, misfire_grace: float = 0):
         if not callable(handler):
             raise TypeError("handler must be callable")
         if on_error is not None and not callable(on_error):
@@ -837,12 +841,15 @@ class EventsWatcher:
             raise ValueError("poll_interval must be positive")
         if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
             raise ValueError("max_queued must be a whole number of at least 1")
+        if not misfire_grace >= 0:
+            raise ValueError("misfire_grace must be zero or more seconds")
         self.events_dir = os.fspath(events_dir)
         self._prefix = os.path.join(self.events_dir, "")
         self._handler = handler
         self._on_error = on_error or _log_error
         self._poll_interval = poll_interval
         self._max_queued = max_queued
+        self._misfire_grace = misfire_grace
         self._clock = clock
         self._loop = loop
         self._needs_loop = _is_async(handler) or _is_async(on_error)
@@ -871,6 +878,7 @@ class EventsWatcher:
         self._ignored: dict[str, str] = {}    # non-regular *.json names already warned about
         self._heap: list = []                 # (due, seq, filename, generation, action)
         self._seq = itertools.count()
+        self._generations = itertools.count(1)
         self._channels: dict[str, _Channel] = {}
         self._started_at: Optional[float] = None
         self._thread: Optional[threading.Thread] = None
@@ -1255,8 +1263,8 @@ class EventsWatcher:
         if why and f.event is not None and (f.due is not None or f.queued is not None):
             self._record("cancelled", f.name, f.event, dueAt=_iso(f.due or (f.queued and f.queued.due)),
                          detail=why + (" while waiting in the queue" if f.queued else " before it was due"))
-        f.generation += 1
-        f.due = None
+        f.generation = next(self._generations)  # unique: a file forgotten and seen
+        f.due = None                            # again must not revive old entries
         job, f.queued = f.queued, None
         if job is not None:
             channel = self._channels.get(job.channel)
@@ -1341,7 +1349,12 @@ class EventsWatcher:
                 self._enqueue(f, None)
         elif event.type == "one-shot":
             due = _parse_at(event.at, f.name).timestamp()
-            if due <= now:
+            if due <= now and f.at_startup and 0 < self._misfire_grace >= now - due:
+                log.info("%s: one-shot was due at %s, %.0f s before start-up; running it late (misfire grace)",
+                         f.name, event.at, now - due)
+                f.event = replace(event, late=now - due)
+                self._enqueue(f, due)
+            elif due <= now:
                 log.info("%s: one-shot time %s has passed; deleting it without running", f.name, event.at)
                 self._record("past", f.name, event, dueAt=_iso(due))
                 self._delete(f)
@@ -1736,7 +1749,7 @@ def _event_json(event: Event, fired_at: float) -> str:
     return json.dumps({
         "firedAt": _iso(fired_at), "filename": event.filename, "type": event.type,
         "channelId": event.channel_id, "text": event.text, "message": event.message,
-        "at": event.at, "schedule": event.schedule, "timezone": event.timezone,
+        "at": event.at, "schedule": event.schedule, "timezone": event.timezone, "late": event.late,
     })
 
 
@@ -2006,6 +2019,10 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
                              "failed (default: no limit)")
     parser.add_argument("--grace", type=lambda text: _seconds(text, zero_ok=True), default=30.0, metavar="SECONDS",
                         help="on SIGTERM or SIGINT, how long running events may take to finish (default: 30)")
+    parser.add_argument("--misfire-grace", type=lambda text: _seconds(text, zero_ok=True), default=0.0,
+                        metavar="SECONDS",
+                        help="a one-shot that fell due at most this long before start-up still runs, late, "
+                             "instead of being deleted (default: 0)")
     parser.add_argument("--history", metavar="PATH",
                         help="append one JSON line per outcome to PATH (e.g. DIR/.history.jsonl); with --check, "
                              "show each file's last outcome; with --prompt, tell the agent where it is")
@@ -2068,7 +2085,8 @@ def _serve(args: argparse.Namespace) -> int:
             printer(event)
             commands(event)
 
-    watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history)
+    watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history,
+                            misfire_grace=args.misfire_grace)
     watcher._on_halt = lambda reason: (halted.append(reason), stop.set())
     try:
         watcher.start()

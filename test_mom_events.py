@@ -1230,7 +1230,7 @@ class CliTest(unittest.TestCase):
         (self.dir / "hook.json").write_text(json.dumps(immediate("C9", "New ticket")))
         record = json.loads(proc.stdout.readline())
         self.assertEqual(set(record), {"firedAt", "filename", "type", "channelId", "text", "message",
-                                       "at", "schedule", "timezone"})
+                                       "at", "schedule", "timezone", "late"})
         self.assertEqual(record["message"], "[EVENT:hook.json:immediate] New ticket")
         self.assertEqual((record["at"], record["schedule"], record["timezone"]), (None, None, None))
         self.assertRegex(record["firedAt"], r"T\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$")
@@ -2120,3 +2120,145 @@ class RecipeTest(unittest.TestCase):
             if time.monotonic() > deadline:
                 raise AssertionError("timed out")
             await asyncio.sleep(0.01)
+
+
+# ---------------------------------------------------------------------------
+# Reliability: a model of the rules against random churn, faults, hostile input
+# ---------------------------------------------------------------------------
+
+
+class ChurnModel:
+    """The rules, plainly: what should fire, when, and which files remain.
+
+    The harness sees the directory only when it polls, at the end of each
+    step, so file operations take effect then; what was already scheduled
+    fires at its due time before that."""
+
+    def __init__(self, start):
+        self.now = start
+        self.disk = {}   # name -> content, as the test left the directory
+        self.seen = {}   # name -> (content, pending): what the harness knows
+        self.fired = []
+
+    def advance_to(self, end):
+        """Fire what is due in (now, end] from what was seen, in time order."""
+        while True:
+            due = [(when, name) for name, (content, pending) in self.seen.items()
+                   for when in pending if when <= end]
+            if not due:
+                break
+            when, name = min(due)
+            content, pending = self.seen[name]
+            self.fired.append((round(when, 3), name, content["text"]))
+            if content["type"] == "periodic":
+                step = int(content["schedule"].split()[0].removeprefix("*/") or 1) * 60 \
+                    if content["schedule"].startswith("*/") else 60
+                self.seen[name] = (content, [(when // step + 1) * step])
+            else:
+                del self.seen[name]
+                if self.disk.get(name) == content:  # unchanged since: the harness deletes it
+                    del self.disk[name]
+        self.now = end
+
+    def poll(self):
+        """The harness looks at the directory: changes take effect now."""
+        for name in list(self.seen):
+            if self.disk.get(name) != self.seen[name][0]:
+                del self.seen[name]  # removed or changed: what was pending is cancelled
+        for name, content in sorted(self.disk.items()):
+            if name in self.seen:
+                continue
+            kind = content["type"]
+            if kind == "immediate":
+                self.fired.append((round(self.now, 3), name, content["text"]))
+                del self.disk[name]
+            elif kind == "one-shot":
+                at = datetime.fromisoformat(content["at"]).timestamp()
+                if at <= self.now:
+                    del self.disk[name]  # its time has passed
+                else:
+                    self.seen[name] = (content, [at])
+            else:
+                step = 120 if content["schedule"].startswith("*/2") else 60
+                self.seen[name] = (content, [(self.now // step + 1) * step])
+
+
+class ChurnTest(unittest.TestCase):
+    CHANNELS = [f"C{i}" for i in range(8)]
+    NAMES = [f"e{i}.json" for i in range(12)]
+
+    def content(self, rng, now, serial):
+        kind = rng.choice(["immediate", "one-shot", "one-shot", "periodic"])
+        channel = rng.choice(self.CHANNELS)
+        text = f"v{serial}"  # every write unique: identical rewrites would blur the model
+        if kind == "immediate":
+            return immediate(channel, text)
+        if kind == "one-shot":
+            at = now + rng.choice([-30, 0.5, 3, 40, 200]) + rng.random()
+            return one_shot(datetime.fromtimestamp(at, timezone.utc).isoformat(), channel, text)
+        return periodic(rng.choice(["* * * * *", "*/2 * * * *"]), channel, text)
+
+    def run_seed(self, seed, steps=120):
+        rng = __import__("random").Random(seed)
+        h = Harness(self, now=utc(2025, 3, 1, 12, 0, 0).timestamp() + rng.random())
+        h.start()
+        model = ChurnModel(h.now)
+        serial = 0
+        for _ in range(steps):
+            for _ in range(rng.choice([0, 1, 1, 2])):
+                op = rng.choice(["create", "create", "inplace", "atomic", "rename", "delete"])
+                name = rng.choice(self.NAMES)
+                present = sorted(model.disk)
+                periodics = sum(c["type"] == "periodic" for c in model.disk.values())
+                if op in ("inplace", "atomic", "rename", "delete") and present:
+                    name = rng.choice(present)
+                if op == "delete" and name in model.disk:
+                    (h.dir / name).unlink()
+                    del model.disk[name]
+                elif op == "rename" and name in model.disk:
+                    target = rng.choice(self.NAMES)
+                    if target != name:
+                        os.rename(h.dir / name, h.dir / target)
+                        model.disk[target] = model.disk.pop(name)
+                else:
+                    serial += 1
+                    content = self.content(rng, h.now, serial)
+                    if content["type"] == "periodic" and periodics >= 3:
+                        content = immediate(content["channelId"], content["text"])
+                    data = json.dumps(content)
+                    if op == "atomic" or (op != "inplace" and rng.random() < 0.5):
+                        (h.dir / f".{name}.tmp").write_text(data)
+                        os.rename(h.dir / f".{name}.tmp", h.dir / name)
+                    else:
+                        with open(h.dir / name, "w") as file:
+                            file.write(data)
+                    model.disk[name] = content
+            end = h.now + rng.choice([0.01, 0.3, 5, 45, 130])
+            model.advance_to(end)
+            h.advance(end - h.now)
+            model.poll()
+        actual = sorted((round(t, 3), e.filename, e.text) for t, e in h.fired)
+        self.assertEqual(actual, sorted(model.fired), f"seed {seed}")
+        self.assertEqual(sorted(p.name for p in h.dir.glob("*.json")), sorted(model.disk), f"seed {seed}")
+        self.assertEqual(h.errors, [])
+        return len(actual)
+
+    def test_random_churn_matches_the_model(self):
+        fired = sum(self.run_seed(seed, steps=150) for seed in range(150))
+        self.assertGreater(fired, 5000)  # the mix really exercises firing
+
+    def test_a_forgotten_file_seen_again_does_not_revive_its_old_schedule(self):
+        """Found by the model: generations restarted with each new _File, so a
+        stale heap entry of the old file fired the new one's content."""
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 10).timestamp())
+        h.start()
+        h.write("e.json", periodic("* * * * *", text="periodic"))
+        h.tick(h.now + 0.01)  # scheduled for 09:01
+        h.write("e.json", immediate(text="immediate"))
+        h.tick(h.now + 0.01)  # runs and is deleted: the watcher forgets the file
+        h.write("e.json", one_shot(utc(2025, 1, 1, 9, 5).timestamp(), text="one-shot"))
+        h.tick(h.now + 0.01)
+        h.advance(60)  # 09:01 passes
+        self.assertEqual(h.texts(), ["immediate"])
+        h.advance(300)
+        self.assertEqual(h.texts(), ["immediate", "one-shot"])
