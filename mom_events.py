@@ -1349,7 +1349,7 @@ class EventsWatcher:
                 self._enqueue(f, None)
         elif event.type == "one-shot":
             due = _parse_at(event.at, f.name).timestamp()
-            if due <= now and f.at_startup and 0 < self._misfire_grace >= now - due:
+            if due <= now and f.at_startup and self._misfire_grace > 0 and now - due <= self._misfire_grace:
                 log.info("%s: one-shot was due at %s, %.0f s before start-up; running it late (misfire grace)",
                          f.name, event.at, now - due)
                 f.event = replace(event, late=now - due)

@@ -2262,3 +2262,253 @@ class ChurnTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["immediate"])
         h.advance(300)
         self.assertEqual(h.texts(), ["immediate", "one-shot"])
+
+
+class MisfireGraceTest(unittest.TestCase):
+    def test_a_one_shot_due_just_before_start_up_runs_late_and_says_so(self):
+        h = Harness(self, misfire_grace=120)
+        h.write("recent.json", one_shot(h.now - 60, text="dentist"))
+        h.write("old.json", one_shot(h.now - 300, text="too old"))
+        h.start()
+        self.assertEqual(h.texts(), ["dentist"])
+        event = h.fired[0][1]
+        self.assertAlmostEqual(event.late, 60, delta=1)
+        self.assertRegex(event.message, r"^\[EVENT:recent\.json:one-shot:[^\]]+\] \(late by 60 s: the harness "
+                                        r"was not running when it was due\) dentist$")
+        self.assertFalse(h.exists("recent.json"))
+        self.assertFalse(h.exists("old.json"))
+
+    def test_only_start_up_is_forgiven(self):
+        h = Harness(self, misfire_grace=120)
+        h.start()
+        h.write("new.json", one_shot(h.now - 10))
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.fired, [])
+        self.assertFalse(h.exists("new.json"))
+
+    def test_zero_keeps_the_core_rule(self):
+        h = Harness(self)
+        h.write("due-now.json", one_shot(h.now))
+        h.start()
+        self.assertEqual(h.fired, [])
+        with self.assertRaises(ValueError):
+            EventsWatcher(h.dir, print, misfire_grace=-1)
+
+    def test_the_cli_option(self):
+        base = Path(tempfile.mkdtemp(prefix="mom_events_misfire_"))
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(base)], check=False))
+        (base / "late.json").write_text(json.dumps(one_shot(time.time() - 5, text="late")))
+        cli = Cli(self, base, "--json", "--misfire-grace", "60")
+        self.assertTrue(wait_for(lambda: cli.out))
+        record = json.loads(cli.out[0])
+        self.assertGreaterEqual(record["late"], 4)
+        self.assertIn("(late by ", record["message"])
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+
+
+class FaultTest(unittest.TestCase):
+    def test_clock_forward_an_hour_fires_each_thing_once(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("p.json", periodic("*/5 * * * *"))
+        h.write("o.json", one_shot(utc(2025, 1, 1, 9, 20).timestamp()))
+        h.start()
+        h.tick(utc(2025, 1, 1, 10, 0, 30).timestamp())  # twelve occurrences missed
+        self.assertEqual(sorted(h.names()), ["o.json", "p.json"])
+        h.advance(5 * 60)
+        self.assertEqual(h.names().count("p.json"), 2)
+
+    def test_directory_deleted_logged_once_then_picked_up_again(self):
+        h = Harness(self)
+        h.write("p.json", periodic("* * * * *"), mtime=time.time() - 60)
+        h.start()
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            for _ in range(5):
+                h.tick(h.now + 0.1)
+            h.advance(120)  # its periodic event went with it
+            h.dir.mkdir()
+            h.write("hello.json", immediate(text="back"))
+            h.tick(h.now + 0.1)
+        self.assertEqual(len([line for line in logs.output if "is missing" in line]), 1)
+        self.assertEqual(len([line for line in logs.output if "is back" in line]), 1)
+        self.assertEqual(h.texts(), ["back"])
+
+    def test_directory_replaced_by_a_file(self):
+        h = Harness(self)
+        h.start()
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        h.dir.write_text("not a directory")
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            for _ in range(5):
+                h.tick(h.now + 0.1)
+            h.dir.unlink()
+            h.dir.mkdir()
+            h.write("hello.json", immediate(text="back"))
+            h.tick(h.now + 0.1)
+        self.assertEqual(len([line for line in logs.output if "is not a directory" in line]), 1)
+        self.assertEqual(h.texts(), ["back"])
+
+    def test_unreadable_directory_forgets_nothing(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.write("p.json", periodic("* * * * *"))
+        h.start()
+        denied = PermissionError(13, "Permission denied")
+        with mock.patch.object(mom_events, "_list", side_effect=denied), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            for _ in range(5):
+                h.write(f"n{_}.json", immediate())  # the directory changes: it must be listed
+                h.tick(h.now + 0.1)
+            h.advance(60)
+        self.assertEqual(len([line for line in logs.output if "cannot be read" in line]), 1)
+        self.assertEqual(h.names(), ["p.json"])  # its scheduled event was kept
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            h.tick(h.now + 0.1)
+        self.assertIn("is back", logs.output[0])
+        self.assertEqual(h.names().count("p.json"), 1)
+        self.assertEqual(len([n for n in h.names() if n.startswith("n")]), 5)
+
+    def test_a_file_that_vanishes_between_listing_and_read(self):
+        h = Harness(self)
+        h.start()
+        real = mom_events._read_file
+
+        def vanish(path):
+            os.unlink(path)
+            return real(path)
+        h.write("gone.json", immediate())
+        with mock.patch.object(mom_events, "_read_file", vanish), self.assertNoLogs("mom_events", "ERROR"):
+            h.tick(h.now + 0.1)
+        self.assertEqual(h.fired, [])
+        h.write("gone.json", immediate(text="second life"))
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["second life"])
+
+    def test_a_file_replaced_between_the_stat_and_the_read(self):
+        h = Harness(self)
+        h.start()
+        real = mom_events._read_file
+        swapped = []
+
+        def swap(path):
+            if not swapped:
+                swapped.append(path)
+                tmp = h.write(".b.tmp", one_shot(h.now + 50, text="B"))
+                os.rename(tmp, path)
+            return real(path)
+        h.write("a.json", one_shot(h.now + 100, text="A"))
+        with mock.patch.object(mom_events, "_read_file", swap):
+            h.tick(h.now + 0.1)
+            h.tick(h.now + 0.1)
+        h.advance(200)
+        self.assertEqual(h.texts(), ["B"])
+
+    def test_an_undeletable_one_shot_never_runs_again_even_when_touched(self):
+        h = Harness(self)
+        h.start()
+        h.write("o.json", one_shot(h.now + 1))
+        h.tick(h.now + 0.1)
+        denied = PermissionError(30, "Read-only file system")
+        with mock.patch("mom_events.os.unlink", side_effect=denied), self.assertLogs("mom_events") as logs:
+            h.advance(2)
+            for _ in range(5):
+                os.utime(h.dir / "o.json")  # a new mtime, the same content
+                h.tick(h.now + 1)
+        self.assertEqual(len(h.fired), 1)
+        self.assertEqual(len([line for line in logs.output if "cannot delete" in line]), 1)
+
+    def test_hostile_names_and_contents_one_line_each_and_service_goes_on(self):
+        h = Harness(self)
+        h.start()
+        bad = {
+            "deep.json": b"[" * 200_000 + b"]" * 200_000,
+            "big.json": b" " * (8 << 20),
+            "nan.json": b'{"type": "immediate", "channelId": "C", "text": "t", "x": NaN}',
+            "huge.json": b'{"type": "immediate", "channelId": "C", "text": "t", "x": 1e999}',
+            "list.json": json.dumps(dict(immediate(), channelId=["C1", "C2"])).encode(),
+            "latin1.json": b'{"type": "immediate", "channelId": "C", "text": "caf\xe9"}',
+        }
+        for name, data in bad.items():
+            (h.dir / name).write_bytes(data)
+        odd_name = os.fsdecode(b"caf\xe9.json")  # not UTF-8: a surrogate-escaped str
+        (h.dir / odd_name).write_bytes(json.dumps(immediate(text="odd name")).encode())
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+            h.advance(1)  # the retries run out
+        for name in bad:
+            lines = [line for line in logs.output if name in line]
+            self.assertEqual(len(lines), 1, (name, logs.output))
+            self.assertEqual(lines[0].count("\n"), 0)
+            self.assertFalse(h.exists(name))
+        self.assertEqual(h.texts(), ["odd name"])
+        h.write("next.json", immediate(text="still serving"))
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["odd name", "still serving"])
+
+
+class CallbackFaultTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_cb_"))
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+
+    def put(self, name, content):
+        tmp = self.dir / f".{name}.tmp"
+        tmp.write_text(json.dumps(content))
+        tmp.rename(self.dir / name)
+
+    def test_a_callback_that_submits_and_writes_event_files(self):
+        ran, results = [], {}
+
+        def handler(event):
+            ran.append(event.text)
+            if event.text == "first":
+                results["own channel"] = w.submit(event.channel_id, lambda: ran.append("own"))
+                results["other channel"] = w.submit("other", lambda: ran.append("other"))
+                self.put("follow-up.json", immediate(event.channel_id, "follow-up"))
+
+        w = EventsWatcher(self.dir, handler, poll_interval=0.02).start()
+        self.addCleanup(w.stop)
+        self.put("first.json", immediate("C1", "first"))
+        self.assertTrue(wait_for(lambda: "follow-up" in ran and "other" in ran))
+        self.assertEqual(results, {"own channel": False, "other channel": True})
+        self.assertEqual(ran.count("first"), 1)
+
+    def test_a_hanging_callback_stop_returns_on_time_naming_its_channel(self):
+        release = threading.Event()
+        self.addCleanup(release.set)
+        w = EventsWatcher(self.dir, lambda e: release.wait(60), poll_interval=0.02).start()
+        self.put("a.json", immediate("stuck"))
+        self.put("b.json", immediate("also-stuck"))
+        self.assertTrue(wait_for(lambda: all(w._channels.get(c) and w._channels[c].running
+                                             for c in ("stuck", "also-stuck"))))
+        t0 = time.monotonic()
+        self.assertEqual(w.stop(timeout=0.5), ["also-stuck", "stuck"])
+        self.assertLess(time.monotonic() - t0, 3)
+
+    def test_a_thousand_start_stop_cycles_leak_nothing(self):
+        import gc
+        import tracemalloc
+
+        def fds():
+            return len(os.listdir("/proc/self/fd"))
+
+        def cycle():
+            w = EventsWatcher(self.dir, lambda e: None, poll_interval=0.005).start()
+            w.submit("C", lambda: None)
+            w.stop()
+        for _ in range(50):  # warm up: caches, lazily made objects
+            cycle()
+        self.assertTrue(wait_for(lambda: threading.active_count() == 1, 10))
+        gc.collect()
+        threads, files = len(os.listdir("/proc/self/task")), fds()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(1000):
+            cycle()
+        self.assertTrue(wait_for(lambda: threading.active_count() == 1, 10))
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        self.assertTrue(wait_for(lambda: len(os.listdir("/proc/self/task")) <= threads, 10))
+        self.assertEqual(fds(), files)
+        self.assertLess(grown, 256 * 1024, f"{grown} bytes more after 1,000 cycles")
