@@ -666,10 +666,6 @@ class _DirectoryLock:
 # The history: one JSON line per outcome, for the agent and its operator
 # ---------------------------------------------------------------------------
 
-OUTCOMES = ("queued", "started", "done", "failed", "discarded", "coalesced", "stale", "past",
-            "invalid", "cancelled")
-
-
 def _iso(timestamp: Optional[float], timespec: str = "milliseconds") -> Optional[str]:
     """A POSIX timestamp in local time with its offset; None stays None."""
     if timestamp is None:
@@ -703,7 +699,7 @@ class _History:
                     self._open()
                 os.write(self._fd, data)
             except OSError as exc:
-                self.close()
+                self._close()
                 if not self._broken:
                     log.error("cannot write the history %s (%s); events go on without it",
                               self.path, exc.strerror or exc)
@@ -721,12 +717,17 @@ class _History:
         return (st.st_dev, st.st_ino) != self._id
 
     def _open(self) -> None:
-        self.close()
+        self._close()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         st = os.fstat(fd)
         self._fd, self._id = fd, (st.st_dev, st.st_ino)
 
     def close(self) -> None:
+        """Let the file go (a later record opens it again)."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -984,9 +985,13 @@ class EventsWatcher:
             if inspect.iscoroutine(result):
                 result.close()
             raise TypeError(f"{fn!r} returned an awaitable, but there is no event loop to run it on")
+        wrapper = _awaited(result)
         try:
-            future = asyncio.run_coroutine_threadsafe(_awaited(result), loop)
+            future = asyncio.run_coroutine_threadsafe(wrapper, loop)
         except RuntimeError:  # the loop is closed
+            wrapper.close()
+            if inspect.iscoroutine(result):
+                result.close()
             self._lost_loop()
             raise _Interrupted("the event loop is closed") from None
         while True:
@@ -1103,6 +1108,16 @@ class EventsWatcher:
         if action == "fire":
             f.due = due
         heapq.heappush(self._heap, (due, next(self._seq), f.name, f.generation, action))
+        if len(self._heap) > 2 * len(self._files) + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop dead entries: a far-future event rewritten again and again
+        would otherwise leave one behind per version until its old due time."""
+        files = self._files
+        self._heap[:] = [entry for entry in self._heap  # in place: _run_due holds the list
+                         if entry[2] in files and files[entry[2]].generation == entry[3]]
+        heapq.heapify(self._heap)
 
     # -- polling: what changed in the directory -------------------------------
 

@@ -3,6 +3,7 @@ decision methods take ``now``, and channel workers are run by hand.  A few
 end-to-end tests use the real thread, real files and the CLI."""
 
 import asyncio
+import heapq
 import json
 import logging
 import os
@@ -40,6 +41,20 @@ def periodic(schedule="* * * * *", channel="C1", text="tick", tz="UTC"):
     return {"type": "periodic", "channelId": channel, "text": text, "schedule": schedule, "timezone": tz}
 
 
+def temp_dir(test, prefix):
+    """A fresh directory, removed after the test."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    test.addCleanup(lambda: subprocess.run(["rm", "-rf", str(path)], check=False))
+    return path
+
+
+def put(directory, name, content):
+    """Write an event the way agents are told to: a temporary name, then mv."""
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text(content if isinstance(content, str) else json.dumps(content))
+    tmp.rename(directory / name)
+
+
 def hold(workers):
     """A stand-in for starting a worker thread: keep it, to be run by hand."""
     def spawn(target):
@@ -52,8 +67,7 @@ class Harness:
     """A watcher on a temporary directory, driven by hand on simulated time."""
 
     def __init__(self, test, now=None, handler=None, **kwargs):
-        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_test_"))
-        test.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        self.dir = temp_dir(test, "mom_events_test_")
         self.now = float(int(time.time())) if now is None else now
         self.fired = []
         self.errors = []
@@ -793,8 +807,7 @@ class NamesAndKindsTest(unittest.TestCase):
 
     def test_symlink_to_a_regular_file_counts_and_only_the_link_is_deleted(self):
         h = Harness(self)
-        target = Path(tempfile.mkdtemp()) / "real.json"
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(target.parent)], check=False))
+        target = temp_dir(self, "mom_events_target_") / "real.json"
         target.write_text(json.dumps(immediate(text="via link")))
         h.start()
         os.symlink(target, h.dir / "link.json")
@@ -1099,8 +1112,7 @@ def wait_for(predicate, timeout=10.0):
 
 class EndToEndTest(unittest.TestCase):
     def setUp(self):
-        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_e2e_"))
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        self.dir = temp_dir(self, "mom_events_e2e_")
 
     def test_one_shot_and_immediate_fire_on_time(self):
         fired = []
@@ -1185,8 +1197,7 @@ class EndToEndTest(unittest.TestCase):
 
 class CliTest(unittest.TestCase):
     def setUp(self):
-        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_cli_"))
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        self.dir = temp_dir(self, "mom_events_cli_")
 
     def start(self, *args, cwd=None):
         proc = subprocess.Popen([sys.executable, str(HERE / "mom_events.py"), *args],
@@ -1341,16 +1352,12 @@ def alive(pid):
 
 class CliCase(unittest.TestCase):
     def setUp(self):
-        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_ops_"))
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        self.dir = temp_dir(self, "mom_events_ops_")
         self.events = self.dir / "events"
         self.events.mkdir()
 
     def put(self, name, content):
-        """Write an event the way agents are told to: a temporary name, then mv."""
-        tmp = self.events / f".{name}.tmp"
-        tmp.write_text(content if isinstance(content, str) else json.dumps(content))
-        tmp.rename(self.events / name)
+        put(self.events, name, content)
 
     def run_cli(self, *args, env=None):
         return subprocess.run([sys.executable, str(HERE / "mom_events.py"), *map(str, args)],
@@ -1642,13 +1649,10 @@ def read_history(path):
 
 class AsyncTest(unittest.TestCase):
     def setUp(self):
-        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_async_"))
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        self.dir = temp_dir(self, "mom_events_async_")
 
     def put(self, name, content):
-        tmp = self.dir / f".{name}.tmp"
-        tmp.write_text(json.dumps(content))
-        tmp.rename(self.dir / name)
+        put(self.dir, name, content)
 
     async def until(self, predicate, timeout=10.0):
         deadline = time.monotonic() + timeout
@@ -1897,8 +1901,7 @@ class HistoryTest(unittest.TestCase):
         self.assertEqual(cancelled[0]["detail"], "file changed while waiting in the queue")
 
     def test_rotation_by_rename_and_by_copytruncate(self):
-        path = Path(tempfile.mkdtemp()) / "h.jsonl"
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(path.parent)], check=False))
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
         history = mom_events._History(path)
         history.record("queued", "a.json")
         path.rename(path.with_name("h.jsonl.1"))  # logrotate's create mode
@@ -1913,8 +1916,7 @@ class HistoryTest(unittest.TestCase):
         history.close()
 
     def test_lines_from_many_threads_never_interleave(self):
-        path = Path(tempfile.mkdtemp()) / "h.jsonl"
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(path.parent)], check=False))
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
         history = mom_events._History(path)
         text = "x" * 5000
 
@@ -1948,8 +1950,7 @@ class HistoryTest(unittest.TestCase):
         self.assertEqual(len(read_history(h.dir / "missing" / "h.jsonl")), 3)
 
     def test_the_cli_writes_it_and_check_shows_the_last_outcome(self):
-        base = Path(tempfile.mkdtemp(prefix="mom_events_hist_"))
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(base)], check=False))
+        base = temp_dir(self, "mom_events_hist_")
         events, path = base / "events", base / "events" / ".history.jsonl"
         events.mkdir()
         (events / "tick.json").write_text(json.dumps(periodic("* * * * * *", "C1")))
@@ -1979,8 +1980,7 @@ class RecipeTest(unittest.TestCase):
         self.fail(f"no recipe {name!r} in the README")
 
     def setUp(self):
-        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_recipe_"))
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        self.dir = temp_dir(self, "mom_events_recipe_")
         (self.dir / "events").mkdir()
         cwd = os.getcwd()
         os.chdir(self.dir)
@@ -1991,9 +1991,7 @@ class RecipeTest(unittest.TestCase):
         self.addCleanup(patcher.stop)
 
     def put(self, name, content):
-        tmp = self.dir / "events" / f".{name}.tmp"
-        tmp.write_text(json.dumps(content))
-        tmp.rename(self.dir / "events" / name)
+        put(self.dir / "events", name, content)
 
     def test_sync_bot(self):
         posts, release = [], threading.Event()
@@ -2295,8 +2293,7 @@ class MisfireGraceTest(unittest.TestCase):
             EventsWatcher(h.dir, print, misfire_grace=-1)
 
     def test_the_cli_option(self):
-        base = Path(tempfile.mkdtemp(prefix="mom_events_misfire_"))
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(base)], check=False))
+        base = temp_dir(self, "mom_events_misfire_")
         (base / "late.json").write_text(json.dumps(one_shot(time.time() - 5, text="late")))
         cli = Cli(self, base, "--json", "--misfire-grace", "60")
         self.assertTrue(wait_for(lambda: cli.out))
@@ -2448,13 +2445,10 @@ class FaultTest(unittest.TestCase):
 
 class CallbackFaultTest(unittest.TestCase):
     def setUp(self):
-        self.dir = Path(tempfile.mkdtemp(prefix="mom_events_cb_"))
-        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(self.dir)], check=False))
+        self.dir = temp_dir(self, "mom_events_cb_")
 
     def put(self, name, content):
-        tmp = self.dir / f".{name}.tmp"
-        tmp.write_text(json.dumps(content))
-        tmp.rename(self.dir / name)
+        put(self.dir, name, content)
 
     def test_a_callback_that_submits_and_writes_event_files(self):
         ran, results = [], {}
@@ -2512,3 +2506,32 @@ class CallbackFaultTest(unittest.TestCase):
         self.assertTrue(wait_for(lambda: len(os.listdir("/proc/self/task")) <= threads, 10))
         self.assertEqual(fds(), files)
         self.assertLess(grown, 256 * 1024, f"{grown} bytes more after 1,000 cycles")
+
+
+class HeapTest(unittest.TestCase):
+    def test_rewriting_a_far_future_event_again_and_again_keeps_the_heap_small(self):
+        h = Harness(self)
+        h.start()
+        for i in range(500):
+            h.write("far.json", one_shot(h.now + 365 * 86400 + i, text=f"v{i}"))
+            h.tick(h.now + 0.01)
+        self.assertLess(len(h.w._heap), 100)
+        h.advance(366 * 86400)
+        self.assertEqual(h.texts(), ["v499"])
+
+    def test_compaction_while_due_entries_fire(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 10).timestamp())
+        h.start()
+        for i in range(30):
+            h.write(f"p{i:02d}.json", periodic("* * * * *", f"C{i % 10}", f"p{i}"))
+        h.tick(h.now + 0.01)
+        h.write("far.json", one_shot(utc(2025, 1, 1, 9, 0, 59).timestamp(), text="v99"))
+        h.tick(h.now + 0.01)
+        for i in range(200):  # dead entries (of files long gone), due just after the periodic ones
+            heapq.heappush(h.w._heap, (utc(2025, 1, 1, 9, 1).timestamp() + 0.5, -i, "gone.json", 0, "fire"))
+        compactions = []
+        real = h.w._compact
+        h.w._compact = lambda: (compactions.append(len(h.w._heap)), real())
+        h.advance(60 + 60)
+        self.assertTrue(compactions)
+        self.assertEqual(sorted(h.texts()), sorted([f"p{i}" for i in range(30)] * 2 + ["v99"]))

@@ -142,9 +142,10 @@ def percentiles(values):
 # -- the figures ----------------------------------------------------------------
 
 
-def new_file_latency(others: int, samples: int, naive: bool) -> list[float]:
-    """Seconds from a new immediate file (alternately renamed into place and
-    created in place) to its line on the CLI's stdout."""
+def write_to_line(others: int, samples: int, naive: bool, write) -> list[float]:
+    """Seconds from ``write(directory, i)``, which writes one event file and
+    returns its name, to that file's line on the CLI's stdout, with
+    ``others`` idle periodic files beside it."""
     directory = fresh_dir()
     try:
         fill(directory, others)
@@ -152,13 +153,11 @@ def new_file_latency(others: int, samples: int, naive: bool) -> list[float]:
         cli.wait_ready(directory)
         latencies = []
         for i in range(samples):
-            time.sleep(0.05 + (i % 7) * 0.013)  # land at varied points of the poll cycle
-            event = {"type": "immediate", "channelId": f"L{i % 3}", "text": f"sample {i}"}
-            path = directory / f"new-{i:04d}.json"
+            time.sleep(0.05 + (i % 7) * 0.029)  # land at varied points of the poll cycle
             t0 = time.time()
-            (write_atomic if i % 2 == 0 else write_in_place)(path, event)
+            name = write(directory, i)
             seen, record = cli.next()
-            assert record["filename"] == path.name, record
+            assert record["filename"] == name, record
             latencies.append(seen - t0)
         cli.close()
         return latencies
@@ -166,28 +165,20 @@ def new_file_latency(others: int, samples: int, naive: bool) -> list[float]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def rewrite_latency(others: int, samples: int, naive: bool) -> list[float]:
-    """Seconds from an existing idle periodic file rewritten in place (same
-    inode, so the directory's mtime does not change) into an immediate event
-    to its line on stdout."""
-    directory = fresh_dir()
-    try:
-        fill(directory, others)
-        cli = Harness(directory, naive)
-        cli.wait_ready(directory)
-        latencies = []
-        for i in range(samples):
-            time.sleep(0.1 + (i % 5) * 0.037)
-            path = directory / f"filler-{(i * 37) % others:05d}.json"
-            t0 = time.time()
-            write_in_place(path, {"type": "immediate", "channelId": f"R{i % 3}", "text": f"rewrite {i}"})
-            seen, record = cli.next()
-            assert record["filename"] == path.name, record
-            latencies.append(seen - t0)
-        cli.close()
-        return latencies
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+def new_file(directory: Path, i: int) -> str:
+    """A new immediate event, renamed into place or created in place in turn."""
+    path = directory / f"new-{i:04d}.json"
+    (write_atomic if i % 2 == 0 else write_in_place)(
+        path, {"type": "immediate", "channelId": f"L{i % 3}", "text": f"sample {i}"})
+    return path.name
+
+
+def rewrite_in_place(directory: Path, i: int) -> str:
+    """An idle periodic file rewritten in place into an immediate event: same
+    inode, so the directory's mtime does not change."""
+    path = directory / f"filler-{(i * 37) % 1000:05d}.json"
+    write_in_place(path, {"type": "immediate", "channelId": f"R{i % 3}", "text": f"rewrite {i}"})
+    return path.name
 
 
 def idle_cpu(files: int, seconds: float, naive: bool) -> list[float]:
@@ -346,18 +337,18 @@ def main() -> int:
 
     ratios = []
     for others in (0, 100, 1000):
-        fast = new_file_latency(others, n_new, naive=False)
+        fast = write_to_line(others, n_new, False, new_file)
         p50, p95, _ = percentiles(fast)
         row(f"new file to callback, {others} other files", fast, "ms", "p50 <= 25, p95 <= 50",
             p50 <= 0.025 and p95 <= 0.050)
         if others == 1000:
-            naive = new_file_latency(others, n_new, naive=True)
+            naive = write_to_line(others, n_new, True, new_file)
             ratios.append(("new file latency p50, 1,000 files", percentiles(naive)[0], p50, "ms"))
 
-    rewrite = rewrite_latency(1000, 10 if quick else 30, naive=False)
+    rewrite = write_to_line(1000, 10 if quick else 30, False, rewrite_in_place)
     row("in-place rewrite to callback, 1,000 files", rewrite, "ms", "p95 <= 1000",
         percentiles(rewrite)[1] <= 1.0)
-    naive = rewrite_latency(1000, 10 if quick else 30, naive=True)
+    naive = write_to_line(1000, 10 if quick else 30, True, rewrite_in_place)
     ratios.append(("in-place rewrite latency p50, 1,000 files", percentiles(naive)[0],
                    percentiles(rewrite)[0], "ms"))
 
