@@ -22,8 +22,6 @@ events; it is imported when the first periodic event is parsed.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import concurrent.futures
 import fcntl
 import hashlib
 import heapq
@@ -33,10 +31,8 @@ import json
 import logging
 import math
 import os
-import selectors
 import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -44,8 +40,13 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+if TYPE_CHECKING:  # imported where used: asyncio alone costs ~10 MB of memory
+    import asyncio
+    import selectors
+    import subprocess
 
 __all__ = ["Event", "EventError", "EventsWatcher", "events_prompt", "next_fire", "parse_event"]
 __version__ = "0.1.0"
@@ -688,10 +689,12 @@ class _History:
         self._broken = False
 
     def record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
+        """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
         entry = {"time": _iso(time.time()), "filename": filename,
                  "type": event.type if event else None, "channelId": event.channel_id if event else None,
                  "outcome": outcome}
-        entry.update((key, value) for key, value in fields.items() if value is not None)
+        entry.update((key, _iso(value) if key.endswith("At") else value)
+                     for key, value in fields.items() if value is not None)
         data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape")
         with self._lock:
             try:
@@ -896,8 +899,11 @@ class EventsWatcher:
         """Take the directory's lock, scan it, act on what is there, and start
         the scheduler thread.  Returns once the start-up scan is done.  Raises
         EventError naming the process when another harness watches it."""
+        asyncio = sys.modules.get("asyncio")  # not imported: no loop can be running
         if self._loop is None:
             try:
+                if asyncio is None:
+                    raise RuntimeError("no running event loop")
                 self._loop = asyncio.get_running_loop()
             except RuntimeError:
                 if _is_async(self._handler) or _is_async(self._on_error):
@@ -961,9 +967,11 @@ class EventsWatcher:
     async def astop(self, timeout: float = 30) -> list[str]:
         """``stop()`` for a coroutine: the waiting happens off the loop, so
         the callbacks running on it can finish."""
+        import asyncio
         return await asyncio.to_thread(self.stop, timeout)
 
     async def __aenter__(self) -> "EventsWatcher":
+        import asyncio
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.start)  # the start-up scan reads files: not on the loop
@@ -980,6 +988,8 @@ class EventsWatcher:
         result = fn(*args)
         if not inspect.isawaitable(result):
             return result
+        import asyncio
+        import concurrent.futures
         loop = self._loop
         if loop is None:
             if inspect.iscoroutine(result):
@@ -1013,6 +1023,7 @@ class EventsWatcher:
                 self._halt("the event loop closed while events were pending")
 
     def _record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
+        """History, if kept; costs one call when not (it runs on the firing path)."""
         if self._history is not None:
             self._history.record(outcome, filename, event, **fields)
 
@@ -1276,7 +1287,7 @@ class EventsWatcher:
         """Kill its heap entries and its occurrence waiting in a queue; with
         ``why``, what was pending goes to the history as cancelled."""
         if why and f.event is not None and (f.due is not None or f.queued is not None):
-            self._record("cancelled", f.name, f.event, dueAt=_iso(f.due or (f.queued and f.queued.due)),
+            self._record("cancelled", f.name, f.event, dueAt=f.due or (f.queued and f.queued.due),
                          detail=why + (" while waiting in the queue" if f.queued else " before it was due"))
         f.generation = next(self._generations)  # unique: a file forgotten and seen
         f.due = None                            # again must not revive old entries
@@ -1371,7 +1382,7 @@ class EventsWatcher:
                 self._enqueue(f, due)
             elif due <= now:
                 log.info("%s: one-shot time %s has passed; deleting it without running", f.name, event.at)
-                self._record("past", f.name, event, dueAt=_iso(due))
+                self._record("past", f.name, event, dueAt=due)
                 self._delete(f)
             else:
                 self._push(f, due)
@@ -1397,13 +1408,13 @@ class EventsWatcher:
         if f.queued is not None:
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
                      f.name, channel.id)
-            self._record("coalesced", f.name, event, dueAt=_iso(due),
+            self._record("coalesced", f.name, event, dueAt=due,
                          detail="its previous occurrence is still waiting")
             return
         if len(channel.waiting) >= self._max_queued:
             log.warning("%s: channel %s already has %d events waiting; discarding this occurrence",
                         f.name, channel.id, len(channel.waiting))
-            self._record("discarded", f.name, event, dueAt=_iso(due),
+            self._record("discarded", f.name, event, dueAt=due,
                          detail=f"{len(channel.waiting)} events already waiting on the channel")
             if event.type != "periodic":
                 self._delete(f)
@@ -1411,7 +1422,7 @@ class EventsWatcher:
         job = _Job(channel.id, event=event, generation=f.generation, sig=f.sig, digest=f.digest, due=due)
         channel.waiting.append(job)
         f.queued = job
-        self._record("queued", f.name, event, dueAt=_iso(due))
+        self._record("queued", f.name, event, dueAt=due)
         self._kick(channel)
 
     def _unqueued(self, job: _Job) -> None:
@@ -1483,12 +1494,12 @@ class EventsWatcher:
                     try:
                         started = time.time()
                         if job.event is not None:
-                            self._record("started", job.event.filename, job.event, dueAt=_iso(job.due))
+                            self._record("started", job.event.filename, job.event, dueAt=job.due)
                         finished, error = self._execute(job)
                         if job.event is not None:
                             self._record("done" if error is None else "failed", job.event.filename, job.event,
-                                         dueAt=_iso(job.due), startedAt=_iso(started),
-                                         finishedAt=_iso(time.time()), detail=error)
+                                         dueAt=job.due, startedAt=started,
+                                         finishedAt=time.time(), detail=error)
                     finally:
                         self._lock.acquire()
                         del self._busy_since[me]
@@ -1813,6 +1824,7 @@ class _Commands:
                    MOM_EVENT_CHANNEL=event.channel_id, MOM_EVENT_TEXT=event.text,
                    MOM_EVENT_MESSAGE=event.message,
                    MOM_EVENT_SCHEDULE=event.at or event.schedule or "immediate")
+        import subprocess
         with self._lock:
             if self._stopped:
                 raise _Interrupted("not started: the harness is shutting down")
@@ -1848,6 +1860,8 @@ class _Commands:
     def _supervise(self, proc: subprocess.Popen, event: Event) -> Optional[str]:
         """Feed stdin, log output, enforce the deadline; wait for the exit.
         Returns None, "timeout" or "shutdown" (why we killed it)."""
+        import selectors
+        import subprocess
         pending = (event.message + "\n").encode("utf-8", "surrogateescape")
         streams = {proc.stdout.fileno(): (logging.INFO, bytearray()),
                    proc.stderr.fileno(): (logging.WARNING, bytearray())}

@@ -5,7 +5,6 @@ end-to-end tests use the real thread, real files and the CLI."""
 import asyncio
 import heapq
 import json
-import logging
 import os
 import signal
 import socket
@@ -1438,8 +1437,8 @@ class ExecTest(CliCase):
 
     def test_one_command_at_a_time_per_channel_channels_concurrently(self):
         log_file = self.dir / "runs.log"
-        cli = self.serve("--exec", f'echo "start $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {log_file}; sleep 0.4; '
-                                   f'echo "end $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {log_file}')
+        self.serve("--exec", f'echo "start $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {log_file}; sleep 0.4; '
+                               f'echo "end $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {log_file}')
         for name, channel in (("a1.json", "A"), ("a2.json", "A"), ("b1.json", "B")):
             self.put(name, immediate(channel))
         self.assertTrue(wait_for(lambda: log_file.exists() and log_file.read_text().count("end") == 3))
