@@ -1176,7 +1176,11 @@ class EventsWatcher:
         seen: dict[str, Optional[_Entry]] = {}
         if startup or key != self._dir_key or self._dir_racy or not _FAST_SCAN:
             seen_ns = time.time_ns()
-            listing = _list(self.events_dir)
+            self._lock.release()  # a listing of thousands of names: workers need not wait
+            try:
+                listing = _list(self.events_dir)
+            finally:
+                self._lock.acquire()
             for name in _relisted(self._listing, listing, stat_all=not _FAST_SCAN):
                 seen[name] = _stat_entry(prefix + name) if name in listing else None
             if listing.keys() != self._listing.keys():
