@@ -14,9 +14,10 @@ once at ``at``) and ``periodic`` (a cron schedule in an IANA timezone).  Each
 channel runs one event at a time with at most ``max_queued`` waiting.
 
 The module reads top to bottom: data model and parsing, schedule arithmetic,
-directory scanning, the watcher (scheduler and channel queues), the CLI.
-Only croniter is needed beyond the standard library, and only for periodic
-events; it is imported when the first periodic event is parsed.
+directory scanning, the directory lock, the history, the watcher (scheduler,
+channel queues and worker pool), the agent's manual, the CLI.  Only croniter
+is needed beyond the standard library, and only for periodic events; it is
+imported when the first periodic event is parsed.
 """
 
 from __future__ import annotations

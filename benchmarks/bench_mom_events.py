@@ -319,6 +319,11 @@ def burst(files: int, channels: int) -> tuple[float, int]:
 # -- the table ------------------------------------------------------------------
 
 
+def number(value: float) -> str:
+    """Three significant digits, never in exponent form."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples; under 2 minutes")
@@ -332,7 +337,7 @@ def main() -> int:
         p50, p95, top = percentiles(values) if isinstance(values, list) else (values, values, values)
         rows.append((figure, p50, p95, top, unit, target, "yes" if met else "NO", note))
         scale = 1000 if unit == "ms" else 1
-        print(f"  {figure}: p50 {p50 * scale:.3g} {unit}, p95 {p95 * scale:.3g} {unit}"
+        print(f"  {figure}: p50 {number(p50 * scale)} {unit}, p95 {number(p95 * scale)} {unit}"
               f"{', ' + note if note else ''}", file=sys.stderr, flush=True)
 
     ratios = []
@@ -386,7 +391,7 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- | --- |")
     for figure, p50, p95, top, unit, target, met, note in rows:
         scale = 1000 if unit == "ms" else 1
-        fmt = (lambda v: f"{v * scale:.3g} {unit}")
+        fmt = (lambda v: f"{number(v * scale)} {unit}")
         print(f"| {figure}{' (' + note + ')' if note else ''} | {fmt(p50)} | {fmt(p95)} | {fmt(top)} |"
               f" {target} | {met} |")
     print()
@@ -397,7 +402,7 @@ def main() -> int:
     for figure, naive, fast, unit in ratios:
         scale = 1000 if unit == "ms" else 1
         ratio = f"{naive / fast:.2g}x" if fast > 0 else "n/a"
-        print(f"| {figure} | {naive * scale:.3g} {unit} | {fast * scale:.3g} {unit} | {ratio} |")
+        print(f"| {figure} | {number(naive * scale)} {unit} | {number(fast * scale)} {unit} | {ratio} |")
     return 0
 
 
