@@ -1078,7 +1078,7 @@ class EventsWatcher:
                         if until_due < _LEAD and self._heap[0][4] == "fire":
                             if not (self._idle or self._starting or self._stopping):
                                 self._start_worker()
-                            self._spin_until(self._heap[0][0], mono + 2 * _LEAD)
+                            self._spin_until(self._heap[0][0], time.monotonic() + 2 * _LEAD)
                             continue
                         timeout = min(timeout, until_due - _LEAD)
                 except Exception:  # a bug must not silence every event for good
