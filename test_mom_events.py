@@ -2061,7 +2061,8 @@ class RecipeTest(unittest.TestCase):
                     return fn
                 return register
 
-        gate = asyncio.Event
+        agent_gate = asyncio.Event()  # open: the agent answers at once; closed: it is busy
+        agent_gate.set()
 
         class AsyncSocketModeHandler:
             def __init__(self, app, token):
@@ -2081,8 +2082,6 @@ class RecipeTest(unittest.TestCase):
                 await test.until(lambda: "agent: slow" in said)
                 await test.until(lambda: any("failed" in text for _, text in posts))
 
-        agent_gate = None
-
         async def run_agent(channel, text):
             if "explode" in text:
                 raise RuntimeError("agent crashed")
@@ -2100,12 +2099,7 @@ class RecipeTest(unittest.TestCase):
         with mock.patch.dict(os.environ, {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_APP_TOKEN": "xapp-test"}):
             exec(compile(self.recipe("async-slack-bot"), "README:async-slack-bot", "exec"), namespace)
 
-            async def main():
-                nonlocal agent_gate
-                agent_gate = gate()
-                agent_gate.set()
-                await asyncio.wait_for(namespace["main"](), 60)
-            asyncio.run(main())
+            asyncio.run(asyncio.wait_for(namespace["main"](), 60))
         self.assertIn(("C1", "_Starting event: hook.json_"), posts)
         self.assertIn(("C2", "_Event boom.json failed: agent crashed_"), posts)
         self.assertEqual(said, ["Already working", "agent: slow"])
