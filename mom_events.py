@@ -596,6 +596,11 @@ class _NotRegular(Exception):
     """The name turned into something that is not a regular file."""
 
 
+def _ignored(name: str, kind: str) -> str:
+    """The one line said of a ``*.json`` entry that is no regular file."""
+    return f"{name}: ignored: it is a {kind}, not a regular file"
+
+
 def _read_file(path: str) -> bytes:
     """Read at most 1 MiB + 1 byte.  O_NONBLOCK: a FIFO swapped in after the
     scan must never block the scheduler; fstat then refuses it unread."""
@@ -878,6 +883,7 @@ class EventsWatcher:
         self._sweep_names: list[str] = []
         self._sweep_at = 0
         self._ticks = 0
+        self._sweep_every = max(1, round(_SWEEP_EVERY / poll_interval))  # in ticks
         self._stat_cost = 5e-6                # seconds per stat, measured as the sweep goes
         self._racy: set[str] = set()          # files whose content must be read again
         self._ignored: dict[str, str] = {}    # non-regular *.json names already warned about
@@ -1195,11 +1201,10 @@ class EventsWatcher:
     def _sweep(self, prefix: str, seen: dict[str, Optional[_Entry]]) -> None:
         """Stat the next few known files, round robin, for rewrites in place."""
         self._ticks += 1
-        every = max(1, round(_SWEEP_EVERY / self._poll_interval))
-        if self._ticks % every:
+        if self._ticks % self._sweep_every:
             return
         names = self._sweep_names
-        count = _sweep_batch(len(names), self._stat_cost, every * self._poll_interval)
+        count = _sweep_batch(len(names), self._stat_cost, self._sweep_every * self._poll_interval)
         if not count:
             return
         snapshot, at = self._snapshot, self._sweep_at
@@ -1260,7 +1265,7 @@ class EventsWatcher:
             self._forget(name, keep_warning=True)
             if self._ignored.get(name) != entry.kind:
                 self._ignored[name] = entry.kind
-                log.warning("%s: ignored: it is a %s, not a regular file", name, entry.kind)
+                log.warning("%s", _ignored(name, entry.kind))
             return
         self._ignored.pop(name, None)
         f = self._files.get(name)
@@ -1741,12 +1746,10 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
     directory = os.fspath(events_dir).rstrip("/") or "/"
     if timezone is None:
         timezone = _host_timezone()
-        tz_text = timezone
-        if timezone is None:  # no IANA name to be found: state the offset, use UTC in examples
-            timezone = "UTC"
-            tz_text = f"UTC{_offset_text(datetime.now().astimezone().utcoffset())} (no IANA name is known)"
-    else:
-        tz_text = timezone
+    tz_text = timezone
+    if timezone is None:  # no IANA name to be found: state the offset, use UTC in examples
+        timezone = "UTC"
+        tz_text = f"UTC{_offset_text(datetime.now().astimezone().utcoffset())} (no IANA name is known)"
     try:
         zone = _zone(timezone)
     except _CronError as exc:
@@ -1966,13 +1969,13 @@ def _check_line(directory: str, name: str, now: float) -> tuple[bool, str]:
     if entry is None:
         return True, f"{name}: gone while checking"
     if entry.sig is None:
-        return False, f"{name}: ignored: it is a {entry.kind}, not a regular file"
+        return False, _ignored(name, entry.kind)
     try:
         event = parse_event(_read_file(os.path.join(directory, name)), name)
     except EventError as exc:
         return False, str(exc)
     except _NotRegular as exc:
-        return False, f"{name}: ignored: it is a {exc}, not a regular file"
+        return False, _ignored(name, str(exc))
     except OSError as exc:
         return False, f"{name}: cannot be read ({exc.strerror or exc})"
     if event.type == "immediate":

@@ -41,12 +41,12 @@ class Harness:
     """The CLI on a directory; its --json lines arrive on a queue with the
     wall-clock time the benchmark read them."""
 
-    def __init__(self, directory: Path, naive: bool = False, extra=()):
+    def __init__(self, directory: Path, naive: bool = False):
         code = ("import sys; sys.path.insert(0, sys.argv[1]); import mom_events; "
                 f"mom_events._FAST_SCAN = {not naive}; sys.exit(mom_events.main(sys.argv[2:]))")
         self.started = time.time()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(ROOT), str(directory), "--json", "-q", *extra],
+            [sys.executable, "-c", code, str(ROOT), str(directory), "--json", "-q"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
         self.lines: queue.Queue = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True)
