@@ -103,6 +103,8 @@ class EventError(ValueError):
     """A bad event file; ``str()`` is one line naming the file and the reason."""
 
     def __init__(self, filename: Optional[str], reason: str):
+        if len(reason) > 300:  # every quoting site keeps to an excerpt; this is the backstop
+            reason = reason[:300] + "…"
         super().__init__(f"{filename}: {reason}" if filename else reason)
         self.filename = filename
         self.reason = reason
@@ -135,6 +137,12 @@ class Event:
         if self.late is not None:
             return f"[EVENT:{tag}] (late by {self.late:.0f} s: the harness was not running when it was due) {self.text}"
         return f"[EVENT:{tag}] {self.text}"
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    """At most ``limit`` characters of ``text``: an error line quotes what was
+    wrong, never a megabyte of it."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _reject_constant(name: str):
@@ -193,9 +201,13 @@ def _parse_at(at: str, filename: str) -> datetime:
     try:
         when = datetime.fromisoformat(at)
     except ValueError:
-        raise EventError(filename, f'"at" is not an ISO 8601 date-time: {at!r}') from None
+        raise EventError(filename, f'"at" is not an ISO 8601 date-time: {_clip(at)!r}') from None
     if when.tzinfo is None or when.utcoffset() is None:
-        raise EventError(filename, f'"at" has no UTC offset: {at!r} (add one, e.g. +01:00 or Z)')
+        raise EventError(filename, f'"at" has no UTC offset: {_clip(at)!r} (add one, e.g. +01:00 or Z)')
+    try:
+        when.astimezone(timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0
+        raise EventError(filename, f'"at" is out of range: {_clip(at)!r}') from None
     return when
 
 
@@ -207,8 +219,10 @@ def parse_event(data: str | bytes, filename: str) -> Event:
     if "type" not in obj:
         raise EventError(filename, 'missing field "type"')
     kind = obj["type"]
+    if not isinstance(kind, str):
+        raise EventError(filename, f'"type" must be a string, not {_json_type(kind)}')
     if kind not in TYPES:
-        raise EventError(filename, f'unknown type {kind!r} (expected "immediate", "one-shot" or "periodic")')
+        raise EventError(filename, f'unknown type {_clip(kind)!r} (expected "immediate", "one-shot" or "periodic")')
     channel_id = _string_field(obj, "channelId", filename)
     text = _string_field(obj, "text", filename)
     if kind == "immediate":
@@ -251,7 +265,7 @@ def _zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise _CronError(f"unknown timezone {name!r} (expected an IANA name such as Europe/Vienna)") from None
+        raise _CronError(f"unknown timezone {_clip(name)!r} (expected an IANA name such as Europe/Vienna)") from None
 
 
 _MONTHS = {m: i for i, m in enumerate(
@@ -282,59 +296,78 @@ _MACROS = {
 }
 
 
+def _number(text: str) -> Optional[int]:
+    """A whole number written in ASCII digits; None for anything else.  Long
+    ones are read only as far as needed: Python refuses to convert 4,300 digits."""
+    if not (text.isdigit() and text.isascii()):
+        return None
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 9 else 10 ** 9
+
+
 def _field_value(text: str, spec: _FieldSpec) -> int:
-    if text.isdigit() and text.isascii():
-        value = int(text)
-    elif text.lower() in spec.names:
-        return spec.names[text.lower()]
-    else:
-        raise _CronError(f"{text!r} is not a valid {spec.name} value")
+    value = _number(text)
+    if value is None:
+        if text.lower() in spec.names:
+            return spec.names[text.lower()]
+        raise _CronError(f"{_clip(text)!r} is not a valid {spec.name} value")
     if not spec.low <= value <= spec.high:
-        raise _CronError(f"{spec.name} {value} is out of range {spec.low}-{spec.high}")
+        raise _CronError(f"{spec.name} {_clip(text, 12)} is out of range {spec.low}-{spec.high}")
     return value
 
 
 def _normalize_item(item: str, spec: _FieldSpec) -> str:
-    """One comma-separated item, spelled the way croniter reads it correctly."""
+    """One comma-separated item, spelled the way croniter reads it correctly.
+    Day-of-week items come out as explicit lists of 0-6, Sunday as 0."""
     if item == "?":
         raise _CronError(f"'?' is not supported in the {spec.name} field; use '*'")
     if spec is _DOM and item.upper() == "L":
         return "L"
     if spec is _DOW and "#" in item:
         day, _, nth = item.partition("#")
-        if not (nth.isdigit() and nth.isascii() and 1 <= int(nth) <= 5):
-            raise _CronError(f"{item!r}: the number after '#' must be 1 to 5")
-        return f"{_field_value(day, spec)}#{int(nth)}"
+        if _number(nth) not in range(1, 6):
+            raise _CronError(f"{_clip(item)!r}: the number after '#' must be 1 to 5")
+        return f"{_field_value(day, spec) % 7}#{int(nth)}"
     body, slash, step_text = item.partition("/")
     step = None
     if slash:
-        if not (step_text.isdigit() and step_text.isascii()) or int(step_text) == 0:
-            raise _CronError(f"{item!r}: the step must be a positive whole number")
-        step = int(step_text)
+        step = _number(step_text)
+        if not step:
+            raise _CronError(f"{_clip(item)!r}: the step must be a positive whole number")
         if step > spec.size:
-            raise _CronError(f"{item!r}: step {step} is larger than the {spec.name} field")
-    suffix = f"/{step}" if step else ""
+            raise _CronError(f"{_clip(item)!r}: step {_clip(step_text, 12)} is larger than the {spec.name} field")
     if body == "*":
-        return "*" + suffix
+        if spec is _DOW and step:  # every n-th day from Sunday
+            return ",".join(map(str, range(0, 7, step)))
+        return "*" + (f"/{step}" if step else "")
     if "-" in body:
         first, _, last = body.partition("-")
         low, high = _field_value(first, spec), _field_value(last, spec)
         if spec is _DOW and high == 0 and low > 0:  # "fri-sun" ends on Sunday, 7
             high = 7
         if low > high:
-            raise _CronError(f"{item!r}: wrapping ranges are not supported (split it: {first}-{spec.high},{spec.low}-{last})")
+            raise _CronError(f"{_clip(item)!r}: wrapping ranges are not supported "
+                             f"(split it: {first}-{spec.high},{spec.low}-{last})")
     else:
         low = _field_value(body, spec)
-        high = spec.high if step else low  # "a/n" means "a-max/n"
-        if spec is _DOW and step:
-            high = 6
+        high = spec.high if step else low  # "a/n" runs to the field's last value (Sunday, 7, for days)
+    if spec is _DOW:  # cronie's reading; croniter's own differs for 7 and steps
+        return ",".join(map(str, sorted({day % 7 for day in range(low, high + 1, step or 1)})))
     if low == high:  # croniter reads "5-5" as the whole field
         return str(low)
-    return f"{low}-{high}{suffix}"
+    return f"{low}-{high}" + (f"/{step}" if step else "")
 
 
 class _Cron:
-    """A validated cron expression bound to a croniter, plus the DST rules.
+    """A validated cron expression bound to croniter, plus the DST rules.
+
+    Days follow cron(8): when both day fields are restricted (neither one's
+    text starts with ``*``) a day matching either matches, otherwise both must
+    match.  croniter gets that wrong for ``n#k``, for lists mixing ``n#k`` with
+    other days, and for a restricted field that spans its whole range, so the
+    expression is split into *parts* croniter reads correctly (the
+    day-of-month part and each day-of-week part, both must match within a
+    part), and the earliest next time of any part wins.
 
     A *wildcard* job (minute or hour starts with ``*``) runs at the real
     instants whose local time matches.  A *fixed-time* job runs a time that
@@ -346,49 +379,77 @@ class _Cron:
         text = " ".join(expression.split())
         text = _MACROS.get(text.lower(), text)
         if text.startswith("@"):
-            raise _CronError(f"unknown macro {text!r} (expected one of {', '.join(sorted(_MACROS))})")
+            raise _CronError(f"unknown macro {_clip(text)!r} (expected one of {', '.join(sorted(_MACROS))})")
         fields = text.split(" ")
         if len(fields) == 5:
             specs = (_MINUTE, _HOUR, _DOM, _MONTH, _DOW)
         elif len(fields) == 6:  # seconds first, as croner reads six fields
             specs = (_SECOND, _MINUTE, _HOUR, _DOM, _MONTH, _DOW)
         else:
-            raise _CronError(f"expected 5 fields (minute hour day-of-month month day-of-week) or 6 (seconds first), found {len(fields)}")
+            raise _CronError(f"expected 5 fields (minute hour day-of-month month day-of-week) "
+                             f"or 6 (seconds first), found {len(fields)}")
         normalized = []
         for value, spec in zip(fields, specs):
             items = value.split(",")
             if "" in items:
-                raise _CronError(f"empty list item in the {spec.name} field {value!r}")
-            normalized.append(",".join(_normalize_item(item, spec) for item in items))
+                raise _CronError(f"empty list item in the {spec.name} field {_clip(value)!r}")
+            items = list(dict.fromkeys(_normalize_item(item, spec) for item in items))
+            if len(items) > 1 and spec is not _DOW:  # croniter misreads a '*' inside a list
+                items = [f"{spec.low}-{spec.high}{item[1:]}" if item.startswith("*") else item for item in items]
+            normalized.append(",".join(items))
         minute, hour, dom, _, dow = fields[-5:]
-        self.expression = " ".join(normalized)
+        *times, days, months, weekdays = normalized
+        weekday_items = weekdays.split(",")
+        if "*" in weekday_items:
+            plain = "*"
+        else:
+            plain = ",".join(sorted({d for d in weekday_items if "#" not in d}, key=int))
+        weekday_parts = ([plain] if plain else []) + [d for d in weekday_items if "#" in d]
+        if not dom.startswith("*") and not dow.startswith("*"):  # a day matching either field
+            day_parts = [(days, "*")] + [("*", part) for part in weekday_parts]
+        else:  # both fields must match
+            day_parts = [(days, part) for part in weekday_parts]
+        self.parts = [" ".join([*times, d, months, w]) for d, w in day_parts]
         self.wildcard = minute.startswith("*") or hour.startswith("*")
-        # Classic cron: a day matches either field only when both are restricted.
-        self.day_or = not dom.startswith("*") and not dow.startswith("*")
         self.seconds = len(fields) == 6
         self._lock = threading.Lock()
-        self._iter = None
+        self._iters: list = []
 
     def bind(self) -> None:
-        """Attach croniter and make sure the pattern ever fires."""
+        """Attach croniter, an iterator a part, and make sure the pattern ever
+        fires; a part that never does is dropped."""
         try:
             from croniter import croniter
         except ImportError:
             raise _CronError("periodic events need croniter (pip install croniter)", needs_croniter=True) from None
-        try:
-            self._iter = croniter(self.expression, datetime(2001, 1, 1), day_or=self.day_or,
-                                  second_at_beginning=self.seconds)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise _CronError(f"croniter rejects it: {exc}") from None
-        self.match_after(datetime(2001, 1, 1))
+        start = datetime(2001, 1, 1)
+        for part in self.parts:
+            try:
+                it = croniter(part, start, day_or=False, second_at_beginning=self.seconds)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise _CronError(f"croniter rejects it: {str(exc)[:200]}") from None
+            try:
+                it.get_next(datetime, start_time=start)
+            except (ValueError, OverflowError):
+                continue  # this part never fires
+            self._iters.append(it)
+        if not self._iters:
+            raise _CronError("it never fires")
 
     def match_after(self, wall: datetime) -> datetime:
         """The first naive local time strictly after ``wall`` that matches."""
+        best = None
         with self._lock:
-            try:
-                return self._iter.get_next(datetime, start_time=wall)
-            except (ValueError, OverflowError):  # croniter's "failed to find next date"
-                raise _CronError("it never fires") from None
+            for it in self._iters:
+                try:
+                    candidate = it.get_next(datetime, start_time=wall)
+                except (ValueError, OverflowError):  # croniter's "failed to find next date"
+                    continue
+                if best is None or candidate < best:
+                    best = candidate
+        if best is None:
+            raise _CronError("it never fires")
+        return best
 
     def next_after(self, tz: ZoneInfo, after: datetime) -> datetime:
         after = after.astimezone(timezone.utc)
@@ -472,7 +533,7 @@ def _compile_cron(expression: str) -> _Cron:
     except _CronError as exc:
         if exc.needs_croniter:
             raise
-        raise _CronError(f"bad schedule {expression!r}: {exc}") from None
+        raise _CronError(f"bad schedule {_clip(expression)!r}: {exc}") from None
     return cron
 
 
@@ -674,10 +735,16 @@ class _DirectoryLock:
 # ---------------------------------------------------------------------------
 
 def _iso(timestamp: Optional[float], timespec: str = "milliseconds") -> Optional[str]:
-    """A POSIX timestamp in local time with its offset; None stays None."""
+    """A POSIX timestamp in local time with its offset, in UTC where local
+    time would leave years 1-9999, or as a number beyond; None stays None."""
     if timestamp is None:
         return None
-    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec=timespec)
+    for zone in (None, timezone.utc):
+        try:
+            return datetime.fromtimestamp(timestamp, zone).astimezone(zone).isoformat(timespec=timespec)
+        except (OverflowError, ValueError, OSError):
+            continue
+    return f"{timestamp:.3f}"
 
 
 class _History:
@@ -696,12 +763,16 @@ class _History:
 
     def record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
         """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
-        entry = {"time": _iso(time.time()), "filename": filename,
-                 "type": event.type if event else None, "channelId": event.channel_id if event else None,
-                 "outcome": outcome}
-        entry.update((key, _iso(value) if key.endswith("At") else value)
-                     for key, value in fields.items() if value is not None)
-        data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape")
+        try:
+            entry = {"time": _iso(time.time()), "filename": filename,
+                     "type": event.type if event else None, "channelId": event.channel_id if event else None,
+                     "outcome": outcome}
+            entry.update((key, _iso(value) if key.endswith("At") else value)
+                         for key, value in fields.items() if value is not None)
+            data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape")
+        except Exception as exc:  # that line's alone: never the event's
+            log.error("%s: cannot write its %r line to the history (%s)", filename, outcome, exc)
+            return
         with self._lock:
             try:
                 if self._fd is None or self._rotated():
@@ -1117,10 +1188,10 @@ class EventsWatcher:
             if f is None or f.generation != generation:
                 continue  # cancelled
             if action == "retry":
-                self._load(f, now)
+                self._guarded(name, self._load, f, now)
             else:
                 f.due = None
-                self._fire(f, due, now)
+                self._guarded(name, self._fire, f, due, now)
 
     def _push(self, f: _File, due: float, action: str = "fire") -> None:
         if action == "fire":
@@ -1158,13 +1229,13 @@ class EventsWatcher:
             diff = _diff(self._snapshot, seen)
             for name in diff.deleted:
                 del self._snapshot[name]
-                self._forget(name)
+                self._guarded(name, self._forget, name)
             for name in diff.changed:
                 self._snapshot[name] = seen[name]
             for name in sorted(diff.changed, key=lambda n: (seen[n].mtime_ns, n)):
-                self._changed(seen[name], name, now, startup)
+                self._guarded(name, self._changed, seen[name], name, now, startup)
         for name in list(self._racy) if self._racy else ():
-            self._recheck(name, now)
+            self._guarded(name, self._recheck, name, now)
 
     def _scan(self, startup: bool) -> Optional[dict[str, Optional[_Entry]]]:
         """Look at the directory as cheaply as the rules allow: one stat of it
@@ -1368,9 +1439,34 @@ class EventsWatcher:
             log.debug("%s; retrying in %d ms", exc, delay * 1000)
             self._push(f, now + delay, "retry")
             return
-        log.error("%s; deleting the file", exc)
-        self._record("invalid", f.name, detail=exc.reason)
+        self._invalid(f, exc.reason)
+
+    def _invalid(self, f: _File, reason: str) -> None:
+        """Give up on the file: it is not an event the harness can run."""
+        log.error("%s: %s; deleting the file", f.name, reason)
+        self._record("invalid", f.name, detail=reason)
         self._delete(f)
+
+    def _guarded(self, name: str, step: Callable, *args) -> None:
+        """One file's step.  An unexpected error in it is that file's alone:
+        logged once with its name, and the file is treated as invalid, while
+        the other files of the same scan, heap or queue go on."""
+        try:
+            step(*args)
+        except Exception as exc:
+            log.debug("%s: traceback of the unexpected error", name, exc_info=exc)
+            f = self._files.get(name)
+            reason = f"unexpected error while handling it: {type(exc).__name__}: {exc}"
+            if f is None:
+                log.error("%s: %s", name, reason)
+                return
+            try:
+                self._invalid(f, reason)
+            except Exception as second:
+                log.error("%s: %s, and again while giving up on it (%s); it will not run while this harness runs",
+                          name, reason, second)
+                self._cancel(f)
+                f.spent, f.event = True, None
 
     def _schedule(self, f: _File, now: float) -> None:
         event = f.event
@@ -1515,7 +1611,7 @@ class EventsWatcher:
                         del self._busy_since[me]
                     channel.running = channel.thread = None
                     if finished and job.event is not None and job.event.type != "periodic":
-                        self._delete_after_run(job)
+                        self._guarded(job.event.filename, self._delete_after_run, job)
                     if channel.waiting:
                         self._kick(channel)
                     self._done.notify_all()
@@ -1865,6 +1961,20 @@ class _Commands:
             for proc in self._deadlines:
                 self._deadlines[proc] = -math.inf
 
+    def terminate_all(self) -> None:
+        """The second signal: SIGTERM to every running command's group now,
+        since the harness leaves at once and no supervisor will be left to.
+        Runs in a signal handler, so it waits for the lock only briefly: a
+        command being started holds it until the command is in the table."""
+        self._stopped = True
+        locked = self._lock.acquire(timeout=1.0)
+        try:
+            for proc in list(self._deadlines):
+                _signal_group(proc, signal.SIGTERM)
+        finally:
+            if locked:
+                self._lock.release()
+
     def _supervise(self, proc: subprocess.Popen, event: Event) -> Optional[str]:
         """Feed stdin, log output, enforce the deadline; wait for the exit.
         Returns None, "timeout" or "shutdown" (why we killed it)."""
@@ -2005,7 +2115,10 @@ def _check(directory: str, history: Optional[str] = None) -> int:
             log.warning("cannot read the history %s: %s", history, exc.strerror or exc)
     now, bad = time.time(), 0
     for name in names:
-        ok, line = _check_line(directory, name, now)
+        try:
+            ok, line = _check_line(directory, name, now)
+        except Exception as exc:  # that file's alone
+            ok, line = False, f"{name}: unexpected error while checking it: {type(exc).__name__}: {exc}"
         bad += not ok
         if name in last:
             entry = last[name]
@@ -2107,7 +2220,7 @@ def _serve(args: argparse.Namespace) -> int:
     def on_signal(signum, frame):
         if stop.is_set():  # the second signal: leave now
             if commands is not None:
-                commands.stop_all()
+                commands.terminate_all()
             os._exit(128 + signum)
         stop.set()
 

@@ -4,6 +4,7 @@ end-to-end tests use the real thread, real files and the CLI."""
 
 import asyncio
 import heapq
+import itertools
 import json
 import os
 import signal
@@ -400,6 +401,287 @@ def _first_after_gap(tz, wall):
     return t
 
 
+# A reference cron, written from the rules alone (no croniter): a day matches
+# by cron(8)'s rule, then every matching wall time of the day becomes the real
+# instants the DST rules give it.
+
+_REF_MONTHS = {m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)}
+_REF_DAYS = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
+_REF_FIELDS = [("second", 0, 59, {}), ("minute", 0, 59, {}), ("hour", 0, 23, {}),
+               ("dom", 1, 31, {}), ("month", 1, 12, _REF_MONTHS), ("dow", 0, 7, _REF_DAYS)]
+
+
+def _ref_field(text, name, low, high, names):
+    """(values, last day of month?, {(weekday, k)}) for one field's text."""
+    values, last, nth = set(), False, set()
+    value = lambda t: names[t.lower()] if t.lower() in names else int(t)
+    for item in text.split(","):
+        if item.upper() == "L":
+            last = True
+        elif "#" in item:
+            day, k = item.split("#")
+            nth.add((value(day) % 7, int(k)))
+        else:
+            body, slash, step = item.partition("/")
+            if body == "*":
+                a, b = low, high
+            elif "-" in body:
+                a, b = map(value, body.split("-"))
+                if name == "dow" and b == 0 < a:  # "fri-sun" ends on Sunday, 7
+                    b = 7
+            else:
+                a = value(body)
+                b = high if slash else a
+            values.update(range(a, b + 1, int(step) if slash else 1))
+    if name == "dow":
+        values = {v % 7 for v in values}
+    return values, last, nth
+
+
+def _ref_next(schedule, zone, after, years=6):
+    """The first instant strictly after ``after`` by the rules, or None
+    within ``years``."""
+    import calendar
+    texts = schedule.split()
+    if len(texts) == 5:
+        texts = ["0"] + texts
+    (seconds, _, _), (minutes, _, _), (hours, _, _), (doms, last, _), (months, _, _), (dows, _, nth) = (
+        _ref_field(text, *spec) for text, spec in zip(texts, _REF_FIELDS))
+    either = not texts[3].startswith("*") and not texts[5].startswith("*")
+    wildcard = texts[1].startswith("*") or texts[2].startswith("*")
+    tz = ZoneInfo(zone)
+    times = [(h, m, s) for h in sorted(hours) for m in sorted(minutes) for s in sorted(seconds)]
+    day = after.astimezone(tz).date() - timedelta(days=1)
+    earliest = after.astimezone(tz).replace(tzinfo=None) - timedelta(hours=3)  # DST moves less
+    best = None
+    for _ in range(366 * years):
+        if best is not None and datetime.combine(day, datetime.min.time()) - timedelta(hours=3) > \
+                best.astimezone(tz).replace(tzinfo=None):
+            break
+        in_month = day.month in months
+        weekday = (day.weekday() + 1) % 7
+        dom_ok = day.day in doms or (last and day.day == calendar.monthrange(day.year, day.month)[1])
+        dow_ok = weekday in dows or (weekday, (day.day - 1) // 7 + 1) in nth
+        if in_month and ((dom_ok or dow_ok) if either else (dom_ok and dow_ok)):
+            for h, m, s in times:
+                wall = datetime(day.year, day.month, day.day, h, m, s)
+                if wall < earliest:
+                    continue
+                first, second = wall.replace(tzinfo=tz, fold=0), wall.replace(tzinfo=tz, fold=1)
+                if first.utcoffset() == second.utcoffset():
+                    instants = [first]
+                elif first.utcoffset() > second.utcoffset():  # repeated: both passes, or the first
+                    instants = [first, second] if wildcard else [first]
+                else:  # in a gap: skipped, or once at the gap's end
+                    instants = [] if wildcard else [_first_after_gap(tz, wall)]
+                for instant in instants:
+                    instant = instant.astimezone(timezone.utc)
+                    if instant > after and (best is None or instant < best):
+                        best = instant
+                if best is not None and wall - timedelta(hours=3) > best.astimezone(tz).replace(tzinfo=None):
+                    break
+        day += timedelta(days=1)
+    return best
+
+
+def _random_field(rng, name, low, high, names):
+    """One field's text, as an agent might write it: lists, ranges, steps,
+    names, ``L``, ``n#k``, a ``*`` item inside a list."""
+    def value(a=low, b=high):
+        v = rng.randint(a, b)
+        if names and rng.random() < 0.3:
+            return next((n for n, i in names.items() if i == v % (7 if name == "dow" else 13)), str(v))
+        return str(v)
+
+    def item():
+        r = rng.random()
+        if name == "dom" and r < 0.08:
+            return "L"
+        if name == "dow" and r < 0.2:
+            return f"{value(0, 7)}#{rng.randint(1, 5)}"
+        if r < 0.35:
+            return value()
+        if r < 0.5:
+            a = rng.randint(low, high)
+            return f"{a}-{rng.randint(a, high)}"
+        if r < 0.62:
+            a = rng.randint(low, high)
+            return f"{a}-{rng.randint(a, high)}/{rng.randint(1, high - low)}"
+        if r < 0.72:
+            return f"{value()}/{rng.randint(1, high - low)}"
+        if r < 0.85:
+            return f"*/{rng.randint(1, high - low)}"
+        return "*"
+    if rng.random() < 0.3:
+        return "*"
+    return ",".join(item() for _ in range(rng.choice((1, 1, 1, 2, 2, 3))))
+
+
+def _random_schedule(rng):
+    fields = [_random_field(rng, *spec) for spec in _REF_FIELDS]
+    fields[1] = rng.choice((fields[1], str(rng.choice((0, 15, 30))), "*/30"))  # fewer minutes: quicker walks
+    fields[2] = rng.choice((fields[2], fields[2], "1-3", "2", "0,12"))  # often the hours DST moves
+    if rng.random() < 0.5:  # both day fields restricted: either matches
+        if fields[3].startswith("*"):
+            fields[3] = rng.choice(("15", "1-31/2", "L", "10,*/26"))
+        if fields[5].startswith("*"):
+            fields[5] = rng.choice(("mon", "1-5", "0-6", "mon#1", "fri#5,2"))
+    seconds = fields[0] if rng.random() < 0.1 else None
+    fields = fields[1:]
+    return " ".join(([seconds] if seconds else []) + fields)
+
+
+class CronReferenceTest(unittest.TestCase):
+    """next_fire against the reference on thousands of random patterns."""
+
+    ZONES = ("Europe/Vienna", "America/New_York", "Australia/Lord_Howe", "America/Santiago", "UTC")
+
+    def check(self, schedule, zone, after):
+        expected = _ref_next(schedule, zone, after)
+        try:
+            got = next_fire(schedule, zone, after).astimezone(timezone.utc)
+        except EventError as exc:
+            if expected is not None:
+                self.fail(f"{schedule!r} in {zone} after {after}: {exc}, expected {expected}")
+            return
+        if expected is None:  # rarer than the reference looks: later than its horizon
+            self.assertGreater(got, after + timedelta(days=365 * 6), f"{schedule!r} in {zone} after {after}")
+        else:
+            self.assertEqual(got, expected, f"{schedule!r} in {zone} after {after}")
+
+    def test_random_patterns_match_the_reference(self):
+        import random
+        rng = random.Random(11)
+        base = utc(2025, 1, 1).timestamp()
+        for _ in range(2000):
+            schedule, zone = _random_schedule(rng), rng.choice(self.ZONES)
+            after = datetime.fromtimestamp(base + rng.uniform(0, 3 * 365 * 86400) // 60 * 60, timezone.utc)
+            if rng.random() < 0.3:  # just before a transition of the zone
+                tz = ZoneInfo(zone)
+                probe = after
+                while probe.astimezone(tz).utcoffset() == after.astimezone(tz).utcoffset() and \
+                        probe < after + timedelta(days=200):
+                    probe += timedelta(days=1)
+                after = probe - timedelta(hours=rng.uniform(0, 30))
+            self.check(schedule, zone, after)
+
+    def test_the_issues_examples(self):
+        for schedule in ("0 0 1 * mon#1", "0 0 12 * sun#5", "0 0 * * mon#2,fri", "0 9 * * mon#2,1",
+                         "36 10 L 2 0-6,thu#4", "5 16 10,*/26 * 0-6", "0 0 * * 7/1", "0 0 * * 1/2",
+                         "0 0 */2 * mon#1", "0 0 L * */2", "15 2 1,L * fri#5", "*/30 1-3 * * 0#2,7#3"):
+            after = utc(2025, 1, 1)
+            for _ in range(40):
+                with self.subTest(schedule=schedule, after=after):
+                    self.check(schedule, "Europe/Vienna", after)
+                after = next_fire(schedule, "Europe/Vienna", after)
+
+    def test_named_cases(self):
+        def days(schedule, n, after=utc(2026, 1, 1)):
+            return [t.strftime("%a %m-%d") for t in fires(schedule, after, n, "UTC")]
+        # the 1st of every month, and every first Monday
+        self.assertEqual(days("0 0 1 * mon#1", 4), ["Mon 01-05", "Sun 02-01", "Mon 02-02", "Sun 03-01"])
+        self.assertEqual(days("0 0 12 * sun#5", 4), ["Mon 01-12", "Thu 02-12", "Thu 03-12", "Sun 03-29"])
+        self.assertEqual(days("0 9 * * mon#2,1", 2), ["Mon 01-05", "Mon 01-12"])
+        self.assertEqual(days("0 0 * * mon#2,fri", 3), ["Fri 01-02", "Fri 01-09", "Mon 01-12"])
+        self.assertEqual(days("36 10 L 2 0-6,thu#4", 2), ["Sun 02-01", "Mon 02-02"])
+        self.assertEqual(days("5 16 10,*/26 * 0-6", 2), ["Thu 01-01", "Fri 01-02"])
+        self.assertEqual(days("0 0 * * 7/1", 2), ["Sun 01-04", "Sun 01-11"])
+        self.assertEqual(days("0 0 * * 1/2", 4), ["Fri 01-02", "Sun 01-04", "Mon 01-05", "Wed 01-07"])
+
+
+def _mutate(rng, data):
+    """One random edit of ``data``: a flipped, dropped, doubled or inserted
+    piece, or a very long number, spliced in anywhere."""
+    at = rng.randrange(len(data) + 1)
+    pieces = ["9" * rng.choice((5, 400, 5000)), "-", "/", ",", "#", "*", "L", "\x00", "\ud800", "é", '"', "{",
+              "[", "]", "}", ":", "\\u0000", "1e999", "NaN", " ", "\n", "0001-01-01T00:00:00+01:00",
+              "9999-12-31T23:59:59-14:00", "+99:00", "@", "?"]
+    r = rng.random()
+    if r < 0.3 and data:
+        return data[:at] + data[at + 1:]
+    if r < 0.5 and data:
+        end = min(len(data), at + rng.randint(1, 8))
+        return data[:at] + data[at:end] * rng.randint(2, 4) + data[end:]
+    if r < 0.6 and data:
+        return data[:at] + chr(rng.randrange(32, 0x250)) + data[at + 1:]
+    return data[:at] + rng.choice(pieces) + data[at:]
+
+
+class FuzzTest(unittest.TestCase):
+    """Random and mutated input: nothing comes out but an Event, a datetime
+    or an EventError with a one-line, bounded reason naming the file."""
+
+    SEEDS = [json.dumps(x) for x in (
+        immediate(), one_shot("2026-12-15T09:00:00+01:00"), periodic("*/5 9-17 * * mon-fri", tz="Europe/Vienna"),
+        periodic("0 0 L,15 2 fri#5,1-3", tz="America/New_York"), periodic("0 */2 1 * * *"),
+        periodic("@monthly", tz="Australia/Lord_Howe"))]
+
+    def assertEventOrError(self, data):
+        try:
+            event = parse_event(data, "f.json")
+        except EventError as exc:
+            self.assertTrue(str(exc).startswith("f.json: "), repr(str(exc)))
+            self.assertNotIn("\n", str(exc))
+            self.assertLess(len(str(exc)), 400, repr(str(exc)[:100]))
+            return
+        self.assertIsInstance(event, Event)
+        if event.type == "periodic":  # a parsed schedule always has a next time, or an EventError
+            self.assertNextFireOrError(event.schedule, event.timezone)
+
+    def assertNextFireOrError(self, schedule, zone, after=utc(2026, 1, 1)):
+        try:
+            result = next_fire(schedule, zone, after)
+        except EventError as exc:
+            self.assertNotIn("\n", str(exc))
+            self.assertLess(len(str(exc)), 400)
+            return
+        self.assertIsInstance(result, datetime)
+        self.assertGreater(result, after)
+
+    def test_mutated_event_files(self):
+        import random
+        rng = random.Random(7)
+        for _ in range(3000):
+            data = rng.choice(self.SEEDS)
+            for _ in range(rng.randint(1, 4)):
+                data = _mutate(rng, data)
+            with self.subTest(data=data[:200]):
+                self.assertEventOrError(data)
+                self.assertEventOrError(data.encode("utf-8", "surrogatepass"))
+
+    def test_random_schedules_and_zones(self):
+        import random
+        rng = random.Random(8)
+        alphabet = "0123456789*/,-#L? @abcdefghijklmnopqrstuvwxyzMONFRI"
+        zones = ["UTC", "Europe/Vienna", "", "Mars/Olympus", "../../etc/passwd", "EST5EDT", "9" * 5000]
+        for _ in range(3000):
+            if rng.random() < 0.5:
+                schedule = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+            else:
+                schedule = _mutate(rng, _random_schedule(rng))
+            with self.subTest(schedule=schedule[:200]):
+                self.assertNextFireOrError(schedule, rng.choice(zones),
+                                           utc(2026, 1, 1) + timedelta(seconds=rng.uniform(0, 1e8)))
+
+    def test_long_numbers_and_far_dates(self):
+        for schedule in ("0 0 " + "1" * 5000 + " * *", "*/" + "7" * 5000 + " * * * *",
+                         "0 0 * * 1#" + "9" * 5000):
+            with self.assertRaises(EventError) as caught:
+                parse_event(json.dumps(periodic(schedule)), "long.json")
+            self.assertLess(len(str(caught.exception)), 200)
+            self.assertTrue(str(caught.exception).startswith("long.json: bad schedule '"))
+            with self.assertRaises(EventError):
+                next_fire(schedule, "UTC", utc(2026, 1, 1))
+        self.assertEqual(next_fire("0 " + "0" * 5000 + "1 * * *", "UTC", utc(2026, 1, 1)), utc(2026, 1, 1, 1))
+        for at in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
+            with self.assertRaises(EventError) as caught:
+                parse_event(json.dumps(one_shot(at)), "far.json")
+            self.assertIn("out of range", str(caught.exception))
+        # the last representable minute: no next time, said as an EventError
+        with self.assertRaises(EventError):
+            next_fire("* * * * *", "UTC", datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc))
+
+
 # ---------------------------------------------------------------------------
 # The watcher on simulated time
 # ---------------------------------------------------------------------------
@@ -760,6 +1042,87 @@ class RetryTest(unittest.TestCase):
         h.write("secret.json", immediate(text="readable now"))
         h.tick(h.now + 0.1)
         self.assertEqual(h.texts(), ["readable now"])
+
+
+class IsolationTest(unittest.TestCase):
+    """One file's failure is that file's alone: its neighbours in the same
+    scan, heap or queue are handled as if it were not there."""
+
+    def test_an_unexpected_error_for_one_file_leaves_the_rest_of_its_scan_alone(self):
+        real = mom_events.parse_event
+
+        def parse(data, filename):
+            if filename == "b.json":
+                raise RuntimeError("injected")
+            return real(data, filename)
+
+        for when in ("start-up", "later"):
+            with self.subTest(scan=when):
+                h = Harness(self)
+                if when == "later":
+                    h.start()
+                for name in ("a.json", "b.json", "c.json"):
+                    h.write(name, immediate(text=name), mtime=h.now)
+                with mock.patch.object(mom_events, "parse_event", parse), \
+                        self.assertLogs("mom_events", "DEBUG") as logs:
+                    h.start() if when == "start-up" else h.tick(h.now + 0.1)
+                    h.advance(2)
+                self.assertEqual(sorted(h.texts()), ["a.json", "c.json"])
+                self.assertFalse(h.exists("b.json"))
+                errors = [line for line in logs.output if line.startswith("ERROR")]
+                self.assertEqual(len(errors), 1, errors)
+                self.assertIn("b.json: unexpected error while handling it: RuntimeError: injected", errors[0])
+                self.assertNotIn("\n", errors[0])
+                self.assertTrue(any(line.startswith("DEBUG") and "Traceback" in line and "injected" in line
+                                    for line in logs.output))
+
+    def test_an_unexpected_error_while_firing_one_file_leaves_the_other_due_ones_alone(self):
+        h = Harness(self, now=utc(2026, 1, 1, 9, 0, 30).timestamp())
+        for name in ("a.json", "b.json", "c.json"):
+            h.write(name, periodic("* * * * *", channel=name, text=name))
+        h.start()
+        real = mom_events._next_fire_ts
+        fail = lambda event, now: (_ for _ in ()).throw(OverflowError("injected")) \
+            if event.filename == "b.json" else real(event, now)
+        with mock.patch.object(mom_events, "_next_fire_ts", fail), self.assertLogs("mom_events", "ERROR") as logs:
+            h.advance(31)
+        self.assertEqual(sorted(h.texts()), ["a.json", "c.json"])
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("b.json: unexpected error", logs.output[0])
+        h.advance(60)  # the others go on
+        self.assertEqual(sorted(h.texts()), ["a.json", "a.json", "c.json", "c.json"])
+
+    def test_the_files_that_broke_whole_scans(self):
+        """A year-1 one-shot while a history is kept and a 5,000-digit schedule
+        are invalid files now; a valid immediate beside them fires."""
+        h = Harness(self, history=None)
+        h.w._history = mom_events._History(h.dir / ".history.jsonl")
+        h.write("old.json", one_shot("0001-01-01T00:00:00+01:00"))
+        h.write("long.json", periodic("0 0 " + "1" * 5000 + " * *"))
+        h.write("good.json", immediate(text="fires"), mtime=h.now)
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.start()
+            h.advance(1)
+        self.assertEqual(h.texts(), ["fires"])
+        self.assertEqual(len(logs.output), 2)
+        self.assertTrue(all(len(line) < 300 for line in logs.output), logs.output)
+        outcomes = {r["filename"]: r["outcome"] for r in read_history(h.dir / ".history.jsonl")}
+        self.assertEqual(outcomes, {"old.json": "invalid", "long.json": "invalid", "good.json": "done"})
+
+    def test_a_history_line_that_cannot_be_formatted_is_that_lines_alone(self):
+        h = Harness(self, history=None)
+        path = h.dir / ".history.jsonl"
+        h.w._history = mom_events._History(path)
+        h.start()
+        h.write("a.json", immediate(text="a"))
+        h.write("b.json", immediate(text="b"))
+        real = mom_events._iso
+        with mock.patch.object(mom_events, "_iso", lambda t, *a: (_ for _ in ()).throw(ValueError("injected"))
+                               if t and t > 1e9 and len(h.fired) == 0 else real(t, *a)), \
+                self.assertLogs("mom_events", "ERROR"):
+            h.tick(h.now + 0.1)
+        self.assertEqual(sorted(h.texts()), ["a", "b"])
+        self.assertFalse(h.exists("a.json") or h.exists("b.json"))
 
 
 class NamesAndKindsTest(unittest.TestCase):
@@ -1296,13 +1659,53 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------------------
 
 
+_SUITE_MARK = f"MOM_EVENTS_TEST_RUN={os.getpid()}-"
+_marks = itertools.count()
+
+
+def marked_processes(mark):
+    """PIDs of the processes whose environment carries ``mark``: a harness
+    the suite started and whatever its commands left behind."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as file:
+                    if any(var.decode(errors="replace").startswith(mark) for var in file.read().split(b"\0")) \
+                            and alive(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def reap(mark):
+    for pid in marked_processes(mark):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def tearDownModule():
+    """The suite leaves nothing running."""
+    left = marked_processes(_SUITE_MARK)
+    reap(_SUITE_MARK)
+    if left:
+        raise AssertionError(f"processes left behind by the suite: {left}")
+
+
 class Cli:
-    """The CLI in a subprocess, its stdout and stderr collected line by line."""
+    """The CLI in a subprocess, its stdout and stderr collected line by line.
+    It and everything it starts carry a marker, so that closing it ends them
+    all, whatever the test did to the harness."""
 
     def __init__(self, test, *args, env=None, cwd=None):
+        self.mark = f"{_SUITE_MARK}{next(_marks)}."  # the dot: mark 1 is no prefix of mark 10
+        name, _, value = self.mark.partition("=")
         self.proc = subprocess.Popen([sys.executable, str(HERE / "mom_events.py"), *map(str, args)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env, cwd=cwd)
+                                     env=dict(os.environ if env is None else env, **{name: value}), cwd=cwd)
         test.addCleanup(self.close)
         self.out, self.err = [], []
         self.readers = [threading.Thread(target=self._collect, args=(stream, lines), daemon=True)
@@ -1319,6 +1722,7 @@ class Cli:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        reap(self.mark)
         for reader in self.readers:
             reader.join(5)
         self.proc.stdout.close()
@@ -1621,20 +2025,24 @@ class ShutdownTest(CliCase):
         self.assertFalse(alive(int(pidfile.read_text())))
         self.assertTrue(any("a.json: command stopped at shutdown; its file stays" in line for line in cli.err))
 
-    def test_a_second_signal_exits_at_once(self):
+    def test_a_second_signal_exits_at_once_and_terminates_the_commands(self):
         for signum, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
             with self.subTest(signal=signum):
                 for path in self.events.glob("*.json"):
                     path.unlink()
-                cli = self.serve("--exec", "sleep 30")
+                pids = self.dir / f"pids.{signum}"
+                cli = self.serve("--exec", f"sleep 30 & echo $$ $! > {pids}; wait")
                 self.put("a.json", immediate())
-                self.assertTrue(wait_for(lambda: cli.out))
+                self.assertTrue(wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2))
                 cli.signal(signum)
                 cli.wait_err("stopping")
                 t0 = time.monotonic()
                 cli.signal(signum)
                 self.assertEqual(cli.finish(), status)
                 self.assertLess(time.monotonic() - t0, 5)
+                shell, sleeper = map(int, pids.read_text().split())
+                self.assertTrue(wait_for(lambda: not alive(shell) and not alive(sleeper), 5),
+                                "the command's process group outlived the harness")
 
 
 # ---------------------------------------------------------------------------
