@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import hashlib
 import heapq
 import inspect
 import itertools
@@ -683,8 +682,10 @@ def _read_file(path: str) -> bytes:
         os.close(fd)
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
+def _digest(data: bytes) -> int:
+    """What a content was, to notice a change under an unchanged stat:
+    Python's own 64-bit SipHash, which needs no import (hashlib costs 4 MB)."""
+    return hash(data)
 
 
 # ---------------------------------------------------------------------------
@@ -728,6 +729,622 @@ class _DirectoryLock:
         if self._fd is not None:
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Changes:
+    """What one scan found: regular files to read again (new, or changed by
+    their stat or, under the racy rule, their content), as ``(name, sig)`` in
+    order of mtime, then name; names gone; names that hold something other
+    than a regular file now."""
+
+    changed: list
+    deleted: list
+    unusable: list
+
+
+class _Scanner:
+    """The events directory as the harness sees it: the last listing, the
+    snapshot of stats, the sweep's place, contents read too soon to trust, and
+    the directory's lock.  It touches the filesystem and nothing else.
+
+    ``scan()`` runs on one thread (the scheduler's), without the watcher's
+    lock: a listing of thousands of names takes a while.  ``forget()`` may be
+    called from any thread; the next scan takes it in."""
+
+    def __init__(self, directory: str, poll_interval: float):
+        self.directory = directory
+        self._prefix = os.path.join(directory, "")
+        self._snapshot: dict[str, _Entry] = {}
+        self._listing: dict[str, int] = {}      # name -> inode, from the last listing
+        self._dir_key: Optional[tuple] = None   # the directory's (dev, inode, mtime) then
+        self._dir_racy = False                  # listed too soon after its mtime to trust
+        self._sweep_names: list[str] = []
+        self._sweep_at = 0
+        self._ticks = 0
+        self._sweep_every = max(1, round(_SWEEP_EVERY / poll_interval))  # in ticks
+        self._sweep_interval = self._sweep_every * poll_interval          # in seconds
+        self._stat_cost = 5e-6                  # seconds per stat, measured as the sweep goes
+        self._fresh: dict[str, int] = {}        # name -> digest of content read too soon to trust
+        self._warned: dict[str, str] = {}       # non-regular names warned about -> what they were
+        self._forgotten: deque[str] = deque()   # names to see as new (appended by any thread)
+        self._trouble: Optional[str] = None
+        self._lock: Optional[_DirectoryLock] = None
+
+    def lock(self) -> None:
+        """Make the directory if missing and take its lock; EventError names
+        the process that holds it."""
+        os.makedirs(self.directory, exist_ok=True)
+        self._lock = _DirectoryLock(self.directory)
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+    def forget(self, name: str) -> None:
+        """Whatever has this name next is new, even a file that got the old
+        one's inode number and times (any thread)."""
+        self._forgotten.append(name)
+
+    def note_read(self, name: str, digest: int, read_ns: int) -> None:
+        """Its content was read at ``read_ns``.  git's racy rule: read less
+        than a timestamp tick after its mtime, it may change again without
+        changing the stat, so later scans compare it again until it is older."""
+        entry = self._snapshot.get(name)
+        if entry is not None and entry.sig is not None and _is_racy(read_ns, entry.mtime_ns):
+            self._fresh[name] = digest
+        else:
+            self._fresh.pop(name, None)
+
+    def scan(self, startup: bool = False) -> Optional[_Changes]:
+        """Look at the directory as cheaply as the rules allow: one stat of it
+        when its mtime says no name was created, deleted or renamed; a listing
+        (and a stat of each new or replaced name) when it does, or when that
+        mtime is too recent to trust; a self-paced sweep of per-file stats for
+        rewrites in place; and the racy contents read again.  None: nothing
+        changed, or the directory cannot be looked at now.  Raises EventError
+        when the directory was made anew and another harness holds it."""
+        while self._forgotten:
+            name = self._forgotten.popleft()
+            self._snapshot.pop(name, None)
+            self._listing.pop(name, None)
+            self._fresh.pop(name, None)
+            self._dir_key = None  # list it again: the name may be back already
+        try:
+            seen = self._look(startup)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            self._problem("is missing" if isinstance(exc, FileNotFoundError) else "is not a directory")
+            seen = dict.fromkeys(self._snapshot)  # its files are gone with it
+            self._listing, self._sweep_names, self._dir_key = {}, [], None
+        except OSError as exc:
+            self._problem(f"cannot be read ({exc.strerror})")
+            return None  # nothing is known to have changed
+        if seen is None:
+            return None
+        if self._trouble is not None and self._dir_key is not None:
+            log.warning("events directory %s is back", self.directory)
+            self._trouble = None
+        if not seen and not self._fresh:
+            return None  # the idle tick
+        changes = self._changes(seen)
+        if self._fresh:
+            self._recheck(changes.changed)
+        return changes
+
+    def _look(self, startup: bool) -> Optional[dict[str, Optional[_Entry]]]:
+        """The names looked at and what each is now (None: gone)."""
+        dir_st = os.stat(self.directory)
+        if not stat.S_ISDIR(dir_st.st_mode):
+            raise NotADirectoryError(self.directory)
+        if not self._relock(dir_st):
+            return None
+        prefix = self._prefix
+        key = (dir_st.st_dev, dir_st.st_ino, dir_st.st_mtime_ns)
+        seen: dict[str, Optional[_Entry]] = {}
+        if startup or key != self._dir_key or self._dir_racy or not _FAST_SCAN:
+            seen_ns = time.time_ns()
+            listing = _list(self.directory)
+            for name in _relisted(self._listing, listing, stat_all=not _FAST_SCAN):
+                seen[name] = _stat_entry(prefix + name) if name in listing else None
+            if listing.keys() != self._listing.keys():
+                self._sweep_names = list(listing)
+            self._listing, self._dir_key = listing, key
+            self._dir_racy = _is_racy(seen_ns, dir_st.st_mtime_ns)
+        if _FAST_SCAN:
+            self._sweep(prefix, seen)
+        return seen
+
+    def _sweep(self, prefix: str, seen: dict[str, Optional[_Entry]]) -> None:
+        """Stat the next few known files, round robin, for rewrites in place."""
+        self._ticks += 1
+        if self._ticks % self._sweep_every:
+            return
+        names = self._sweep_names
+        count = _sweep_batch(len(names), self._stat_cost, self._sweep_interval)
+        if not count:
+            return
+        snapshot, at = self._snapshot, self._sweep_at
+        started = time.perf_counter()
+        for _ in range(count):
+            if at >= len(names):
+                at = 0
+            name = names[at]
+            at += 1
+            if name in seen:
+                continue
+            old = snapshot.get(name)
+            if old is not None and old.sig is not None:  # the common case, kept lean
+                try:
+                    if _signature(os.stat(prefix + name)) == old.sig:
+                        continue
+                except OSError:
+                    pass
+            entry = _stat_entry(prefix + name)
+            if entry != old:
+                seen[name] = entry
+        self._sweep_at = at
+        self._stat_cost = 0.7 * self._stat_cost + 0.3 * (time.perf_counter() - started) / count
+
+    def _changes(self, seen: dict[str, Optional[_Entry]]) -> _Changes:
+        """Take what was seen into the snapshot; a non-regular entry gets one
+        warning until it changes."""
+        diff = _diff(self._snapshot, seen)
+        for name in diff.deleted:
+            del self._snapshot[name]
+            self._fresh.pop(name, None)
+            self._warned.pop(name, None)
+        changed, unusable = [], []
+        for name in sorted(diff.changed, key=lambda n: (seen[n].mtime_ns, n)):
+            entry = self._snapshot[name] = seen[name]
+            self._fresh.pop(name, None)
+            if entry.sig is not None:
+                self._warned.pop(name, None)
+                changed.append((name, entry.sig))
+                continue
+            unusable.append(name)
+            if self._warned.get(name) != entry.kind:
+                self._warned[name] = entry.kind
+                log.warning("%s", _ignored(name, entry.kind))
+        return _Changes(changed, diff.deleted, unusable)
+
+    def _recheck(self, changed: list) -> None:
+        """Read the racy contents again; one that differs is changed."""
+        for name, digest in list(self._fresh.items()):
+            entry = self._snapshot.get(name)
+            if entry is None or entry.sig is None:
+                del self._fresh[name]
+                continue
+            read_ns = time.time_ns()
+            try:
+                data = _read_file(self._prefix + name)
+            except (OSError, _NotRegular):
+                continue  # the next scan sees what happened to it
+            if _digest(data) != digest:
+                log.debug("%s: content changed under an unchanged stat", name)
+                del self._fresh[name]
+                changed.append((name, entry.sig))
+            elif not _is_racy(read_ns, entry.mtime_ns):
+                del self._fresh[name]
+
+    def _relock(self, dir_st: os.stat_result) -> bool:
+        """A directory deleted and made again is a new directory: take its lock
+        before handling any file in it.  False: do not look at it now."""
+        if self._lock is None or _directory_id(dir_st) == self._lock.directory_id:
+            return True
+        try:
+            lock = _DirectoryLock(self.directory)  # EventError: another harness has it
+        except OSError as exc:
+            self._problem(f"cannot be locked ({exc.strerror})")
+            return False
+        self._lock.release()
+        self._lock = lock
+        log.info("events directory %s was made anew; took its lock", self.directory)
+        return True
+
+    def _problem(self, problem: str) -> None:
+        if self._trouble != problem:
+            log.error("events directory %s %s; waiting for it", self.directory, problem)
+            self._trouble = problem
+
+
+# ---------------------------------------------------------------------------
+# The schedule: due times on a heap, cancelled by generation
+# ---------------------------------------------------------------------------
+
+
+class _Schedule:
+    """When each file is next due, as in ``sched``: a heap of ``(due, seq,
+    name, generation, action)`` on the wall clock, ``action`` being "fire" or
+    "retry" (read the file again).  Cancelling a name gives it a new
+    generation, unique in the schedule, so its old entries are dead where they
+    lie (compacted away when they pile up).  No I/O and no clock of its own:
+    every decision takes ``now``."""
+
+    def __init__(self):
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._generations = itertools.count(1)
+        self._live: dict[str, int] = {}       # name -> its current generation
+        self._firing: dict[str, float] = {}   # name -> when its next firing is due
+        self._anchor: Optional[tuple] = None  # (wall, monotonic) at the last wake
+
+    def renew(self, name: str) -> int:
+        """Cancel everything pending for ``name``; returns its new generation."""
+        generation = self._live[name] = next(self._generations)
+        self._firing.pop(name, None)
+        return generation
+
+    def drop(self, name: str) -> None:
+        """``name`` is gone: all its entries are dead."""
+        self._live.pop(name, None)
+        self._firing.pop(name, None)
+
+    def generation(self, name: str) -> Optional[int]:
+        return self._live.get(name)
+
+    def due(self, name: str) -> Optional[float]:
+        """When ``name`` fires next, if a firing is scheduled."""
+        return self._firing.get(name)
+
+    def scheduled(self) -> int:
+        """How many names have a firing scheduled."""
+        return len(self._firing)
+
+    def push(self, name: str, due: float, action: str = "fire") -> None:
+        if action == "fire":
+            self._firing[name] = due
+        heapq.heappush(self._heap, (due, next(self._seq), name, self._live[name], action))
+        if len(self._heap) > 2 * len(self._live) + 64:
+            self._compact()
+
+    def next_due(self) -> Optional[tuple[float, str]]:
+        """The earliest entry's due time and action (it may be dead: waking
+        for it early is harmless)."""
+        return (self._heap[0][0], self._heap[0][4]) if self._heap else None
+
+    def pop_due(self, now: float):
+        """Yield ``(due, name, action)`` for each live entry due at ``now``,
+        earliest first; entries pushed meanwhile are seen if due too."""
+        heap, live = self._heap, self._live
+        while heap and heap[0][0] <= now:
+            due, _, name, generation, action = heapq.heappop(heap)
+            if live.get(name) != generation:
+                continue  # cancelled
+            if action == "fire":
+                self._firing.pop(name, None)
+            yield due, name, action
+
+    def _compact(self) -> None:
+        """Drop dead entries: a far-future event rewritten again and again
+        would otherwise leave one behind per version until its old due time."""
+        live = self._live
+        self._heap[:] = [entry for entry in self._heap if live.get(entry[2]) == entry[3]]  # in place:
+        heapq.heapify(self._heap)                                                          # pop_due holds it
+
+    def notice_clock_step(self, now: float, mono: float) -> None:
+        """Due times are wall-clock instants, so a stepped clock needs nothing
+        but a log line: forward, what is due fires once; back, nothing fires
+        twice, because each name has at most one live firing."""
+        if self._anchor is not None:
+            wall0, mono0 = self._anchor
+            drift = (now - wall0) - (mono - mono0)
+            if abs(drift) > 1.0:
+                log.warning("the wall clock stepped %s by %.1f s", "forward" if drift > 0 else "back", abs(drift))
+        self._anchor = (now, mono)
+
+
+def _spin_until(clock: Callable[[], float], due: float, give_up: float) -> None:
+    """Busy-wait the last fraction of a millisecond; never past ``give_up``
+    on the monotonic clock, in case the wall clock steps back."""
+    while clock() < due and time.monotonic() < give_up:
+        pass
+
+
+# ---------------------------------------------------------------------------
+# Channel queues and the worker pool that empties them
+# ---------------------------------------------------------------------------
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    """One run on a channel's queue: an event occurrence or a submitted fn."""
+
+    channel: str
+    event: Optional[Event] = None
+    fn: Optional[Callable[[], object]] = None
+    generation: Optional[int] = None  # its file's generation when it was queued
+    sig: Optional[tuple] = None
+    digest: Optional[int] = None
+    due: Optional[float] = None       # the occurrence's due time, for the history
+
+
+@dataclass(eq=False, slots=True)
+class _Channel:
+    """One channel's queue.  It is *ready* (in the ready queue) while a job
+    waits and none runs; a pool worker then takes its next job."""
+
+    id: str
+    waiting: deque = field(default_factory=deque)
+    running: Optional[_Job] = None
+    thread: Optional[int] = None      # ident of the thread running its job
+    ready: bool = False
+
+
+class _Interrupted(Exception):
+    """Raised by a handler that was cut short at shutdown: the event did not
+    run to its end, so its file is kept for the next start."""
+
+
+def _is_async(fn) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+async def _awaited(awaitable):
+    return await awaitable
+
+
+def _start_thread(target: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=target, name="mom_events-worker", daemon=True)
+    thread.start()
+    return thread
+
+
+class _Channels:
+    """One queue per channel, run one job at a time, at most ``max_queued``
+    waiting, channels concurrently, by a pool of worker threads that sizes
+    itself; and the bridge that runs a callback's coroutine on ``loop``.
+
+    It knows nothing of files.  A job is run as ``perform(job)`` (a submitted
+    fn by itself) on a worker, without this part's lock held, so ``perform``
+    may take the watcher's; the watcher, holding its own lock, may call in."""
+
+    def __init__(self, perform: Callable[[_Job], None], max_queued: int, on_lost_loop: Callable[[], None]):
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self._perform = perform
+        self._max_queued = max_queued
+        self._on_lost_loop = on_lost_loop
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # idle workers wait on it
+        self._done = threading.Condition(self._lock)  # a job finished or a worker went
+        self._queues: dict[str, _Channel] = {}
+        self._ready: deque[_Channel] = deque()
+        self._workers = 0                     # pool threads alive
+        self._starting = 0                    # ... of which not yet at work
+        self._idle = 0                        # ... of which waiting for work
+        self._busy_since: dict[int, float] = {}  # thread ident -> when its job started
+        self._closed = False
+        self._loop_gone = False
+        self._linger = _LINGER
+        self._spawn = _start_thread           # tests replace it to run workers by hand
+
+    # -- the queues ------------------------------------------------------------
+
+    def put(self, job: _Job) -> bool:
+        """Queue an occurrence; False when its channel already has
+        ``max_queued`` waiting (the running one not counted)."""
+        with self._lock:
+            channel = self._channel(job.channel)
+            if len(channel.waiting) >= self._max_queued:
+                return False
+            channel.waiting.append(job)
+            self._kick(channel)
+            return True
+
+    def submit(self, channel_id: str, fn: Callable[[], object]) -> bool:
+        """Queue ``fn`` unless the channel runs or has anything waiting."""
+        with self._lock:
+            channel = self._channel(channel_id)
+            if self._closed or channel.running is not None or channel.waiting:
+                return False
+            channel.waiting.append(_Job(channel_id, fn=fn))
+            self._kick(channel)
+            return True
+
+    def withdraw(self, job: _Job) -> bool:
+        """Take a job out of its queue; False if it is not waiting there
+        (it started, or was dropped)."""
+        with self._lock:
+            channel = self._queues.get(job.channel)
+            if channel is None or job not in channel.waiting:
+                return False
+            channel.waiting.remove(job)
+            return True
+
+    def is_waiting(self, job: _Job) -> bool:
+        with self._lock:
+            channel = self._queues.get(job.channel)
+            return channel is not None and job in channel.waiting
+
+    def waiting(self, channel_id: str) -> int:
+        with self._lock:
+            channel = self._queues.get(channel_id)
+            return len(channel.waiting) if channel else 0
+
+    def running(self, channel_id: str) -> bool:
+        with self._lock:
+            channel = self._queues.get(channel_id)
+            return channel is not None and channel.running is not None
+
+    def close(self) -> None:
+        """Drop what waits, run nothing more; idle workers go."""
+        with self._lock:
+            self._closed = True
+            for channel in self._queues.values():
+                channel.waiting.clear()
+                channel.ready = False
+            self._ready.clear()
+            self._work.notify_all()
+
+    def wait(self, timeout: float) -> list[str]:
+        """Wait up to ``timeout`` for running jobs; the channels still running
+        then.  A job that calls this (a callback stopping the watcher) is not
+        waited for."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                busy = sorted(c.id for c in self._queues.values() if c.running is not None and c.thread != me)
+                remaining = deadline - time.monotonic()
+                if not busy or remaining <= 0:
+                    return busy
+                self._done.wait(remaining)
+
+    def _channel(self, channel_id: str) -> _Channel:
+        channel = self._queues.get(channel_id)
+        if channel is None:
+            channel = self._queues[channel_id] = _Channel(channel_id)
+        return channel
+
+    def _kick(self, channel: _Channel) -> None:
+        """A job waits on the channel: make it ready, unless one of its jobs
+        runs (the worker kicks it again when that ends) or it is ready already."""
+        if self._closed or channel.running is not None or channel.ready:
+            return
+        channel.ready = True
+        self._ready.append(channel)
+        self._staff()
+
+    # -- the worker pool ---------------------------------------------------------
+
+    def staff(self) -> Optional[float]:
+        """``_staff`` for the scheduler's tick: when to look again, if needed."""
+        with self._lock:
+            return self._staff()
+
+    def stand_by(self) -> None:
+        """An event is about to fire: make sure a worker is waiting for it."""
+        with self._lock:
+            if not (self._idle or self._starting or self._closed):
+                self._start_worker()
+
+    def _staff(self) -> Optional[float]:
+        """Give ready channels a worker: wake an idle one, or start one when
+        there is none, or when every worker's callback has run longer than
+        _SPAWN_AFTER.  Returns when to look again (monotonic), if needed."""
+        if not self._ready or self._closed:
+            return None
+        if self._idle:
+            self._work.notify()
+            return None
+        if self._starting or len(self._busy_since) < self._workers:
+            return None  # a worker is on its way to the ready queue
+        at = max(self._busy_since.values(), default=-math.inf) + _SPAWN_AFTER
+        if time.monotonic() < at:
+            return at
+        self._start_worker()
+        return None
+
+    def _start_worker(self) -> None:
+        try:
+            self._spawn(self._work_loop)
+        except RuntimeError as exc:  # "can't start new thread": the ones there carry on
+            log.error("cannot start a worker thread (%s); %d running", exc, self._workers)
+            return
+        self._workers += 1
+        self._starting += 1
+
+    def _work_loop(self) -> None:
+        """A pool worker: take the next ready channel, run its next job, put
+        the channel back if more wait; go when nothing was ready for _LINGER."""
+        with self._lock:
+            self._starting -= 1
+            try:
+                me = threading.get_ident()
+                while self._wait_for_work():
+                    channel = self._ready.popleft()
+                    channel.ready = False
+                    if not channel.waiting:
+                        continue  # its jobs were withdrawn meanwhile
+                    job = channel.waiting.popleft()
+                    channel.running, channel.thread = job, me
+                    self._busy_since[me] = time.monotonic()
+                    self._staff()  # more are ready: pass it on
+                    self._lock.release()
+                    try:
+                        self._run(job)
+                    finally:
+                        self._lock.acquire()
+                        del self._busy_since[me]
+                    channel.running = channel.thread = None
+                    if channel.waiting:
+                        self._kick(channel)
+                    self._done.notify_all()
+            finally:
+                self._workers -= 1
+                self._done.notify_all()
+
+    def _wait_for_work(self) -> bool:
+        """True once a channel is ready; False to let the worker go."""
+        deadline = None
+        while not self._ready:
+            if self._closed or self._linger <= 0:
+                return False
+            now = time.monotonic()
+            deadline = deadline or now + self._linger
+            if now >= deadline:
+                return False
+            self._idle += 1
+            try:
+                self._work.wait(deadline - now)
+            finally:
+                self._idle -= 1
+        return not self._closed
+
+    def _run(self, job: _Job) -> None:
+        """Whatever a job raises is reported, never propagated: no worker dies."""
+        try:
+            if job.fn is None:
+                self._perform(job)
+            else:
+                self.call(job.fn)
+        except _Interrupted as exc:
+            log.warning("function submitted to channel %s: %s", job.channel, exc)
+        except BaseException as exc:
+            what = "function submitted to channel" if job.fn is not None else "internal error on channel"
+            log.error("%s %s raised: %s", what, job.channel, exc, exc_info=exc)
+
+    # -- the bridge to a coroutine's event loop ------------------------------------
+
+    def call(self, fn: Callable, *args) -> object:
+        """Call a callback on this worker thread; if it gives a coroutine, run
+        that on the loop and wait here, so the channel's next job waits too."""
+        result = fn(*args)
+        if not inspect.isawaitable(result):
+            return result
+        import asyncio
+        import concurrent.futures
+        loop = self.loop
+        if loop is None:
+            if inspect.iscoroutine(result):
+                result.close()
+            raise TypeError(f"{fn!r} returned an awaitable, but there is no event loop to run it on")
+        wrapper = _awaited(result)
+        try:
+            future = asyncio.run_coroutine_threadsafe(wrapper, loop)
+        except RuntimeError:  # the loop is closed
+            wrapper.close()
+            if inspect.iscoroutine(result):
+                result.close()
+            self.lost_loop()
+            raise _Interrupted("the event loop is closed") from None
+        while True:
+            try:
+                return future.result(timeout=0.25)
+            except concurrent.futures.TimeoutError:
+                if loop.is_closed():
+                    future.cancel()
+                    self.lost_loop()
+                    raise _Interrupted("the event loop closed while it ran") from None
+            except concurrent.futures.CancelledError:
+                raise _Interrupted("cancelled on the event loop") from None
+
+    def lost_loop(self) -> None:
+        """The loop the coroutines run on is closed: tell the watcher, once."""
+        with self._lock:
+            if self._loop_gone:
+                return
+            self._loop_gone = True
+        self._on_lost_loop()
 
 
 # ---------------------------------------------------------------------------
@@ -832,574 +1449,90 @@ def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict]:
 
 
 # ---------------------------------------------------------------------------
-# The watcher: scheduler heap, channel queues, and the files that feed them
+# The watcher: what the scanner saw becomes schedule entries, and what falls
+# due becomes channel jobs
 # ---------------------------------------------------------------------------
 
 
 @dataclass(eq=False, slots=True)
-class _Job:
-    """One run on a channel's queue: an event occurrence or a submitted fn."""
-
-    channel: str
-    event: Optional[Event] = None
-    fn: Optional[Callable[[], object]] = None
-    generation: int = 0
-    sig: Optional[tuple] = None
-    digest: Optional[bytes] = None
-    due: Optional[float] = None       # the occurrence's due time, for the history
-
-
-@dataclass(eq=False, slots=True)
 class _File:
-    """What the watcher knows of one event file.  Every change gives it a new
-    ``generation``, unique in the watcher; heap entries and queued jobs of
-    other generations are dead."""
+    """What the watcher knows of one event file."""
 
     name: str
-    generation: int = 0
     sig: Optional[tuple] = None
-    digest: Optional[bytes] = None
+    digest: Optional[int] = None
     event: Optional[Event] = None
-    due: Optional[float] = None       # when its next firing is scheduled
     attempts: int = 0                 # parse retries so far
     at_startup: bool = False          # found by the start-up scan
-    queued: Optional[_Job] = None     # its occurrence waiting in a channel queue
+    queued: Optional[_Job] = None     # its last occurrence put on a queue (it may have started since)
     quiet: bool = False               # its problem was logged; silent until it changes
     spent: bool = False               # ran or was dropped, but could not be deleted
-
-
-@dataclass(eq=False, slots=True)
-class _Channel:
-    """One channel's queue.  It is *ready* (in the watcher's ready queue)
-    while a job waits and none runs; a pool worker then takes its next job."""
-
-    id: str
-    waiting: deque = field(default_factory=deque)
-    running: Optional[_Job] = None
-    thread: Optional[int] = None      # ident of the thread running its job
-    ready: bool = False               # in the watcher's ready queue
-
-
-class _Interrupted(Exception):
-    """Raised by a handler that was cut short at shutdown: the event did not
-    run to its end, so its file is kept for the next start."""
-
-
-
-def _is_async(fn) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
-
-
-async def _awaited(awaitable):
-    return await awaitable
 
 
 def _log_error(event: Event, exc: BaseException) -> None:
     log.error("%s: handler failed: %s", event.filename, exc, exc_info=exc)
 
 
-class EventsWatcher:
-    """Watch ``events_dir`` and call ``handler(event)`` when each event is due.
+class _Files:
+    """What the watcher knows of each event file and what becomes of it: it
+    turns what the scanner saw into schedule entries (read, judged, retried,
+    scheduled, dropped) and what falls due into channel jobs, and runs those
+    jobs (the handler, the history, the file's deletion).  Its state and the
+    schedule's are guarded by ``lock``; ``perform`` runs on a worker thread."""
 
-    ``handler`` runs on a worker thread, one event at a time per channel.
-    ``on_error(event, exc)`` gets what the handler raised (default: log it).
-    Either may be a coroutine function: it then runs on ``loop`` (default: the
-    loop running when ``start()`` is called) while the channel waits for it.
-    ``history`` is a file that gets one JSON line per outcome.  ``clock``
-    returns the wall-clock time as a POSIX timestamp.
-    """
-
-    def __init__(self, events_dir, handler: Callable[[Event], object],
-                 on_error: Optional[Callable[[Event, BaseException], object]] = None,
-                 poll_interval: float = 0.04, max_queued: int = 5,
-                 clock: Callable[[], float] = time.time,
-                 loop: Optional[asyncio.AbstractEventLoop] = None, history=None, misfire_grace: float = 0):
-        if not callable(handler):
-            raise TypeError("handler must be callable")
-        if on_error is not None and not callable(on_error):
-            raise TypeError("on_error must be callable")
-        if not poll_interval > 0:
-            raise ValueError("poll_interval must be positive")
-        if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
-            raise ValueError("max_queued must be a whole number of at least 1")
-        if not misfire_grace >= 0:
-            raise ValueError("misfire_grace must be zero or more seconds")
-        self.events_dir = os.fspath(events_dir)
-        self._prefix = os.path.join(self.events_dir, "")
+    def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: Optional[_History],
+                 handler: Callable, on_error: Callable, max_queued: int, misfire_grace: float):
+        self.directory = directory
+        self.lock = threading.RLock()
+        self.schedule = _Schedule()
+        self.history = history
+        self.started_at: Optional[float] = None
+        self._known: dict[str, _File] = {}
+        self._scanner = scanner
+        self._channels = channels
         self._handler = handler
-        self._on_error = on_error or _log_error
-        self._poll_interval = poll_interval
+        self._on_error = on_error
         self._max_queued = max_queued
         self._misfire_grace = misfire_grace
-        self._clock = clock
-        self._loop = loop
-        self._needs_loop = _is_async(handler) or _is_async(on_error)
-        self._loop_gone = False
-        self._history = _History(history) if history is not None else None
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)  # wakes the scheduler
-        self._work = threading.Condition(self._lock)  # idle workers wait on it
-        self._done = threading.Condition(self._lock)  # a job finished or a worker went
-        self._ready: deque[_Channel] = deque()
-        self._workers = 0                     # pool threads alive
-        self._starting = 0                    # ... of which not yet at work
-        self._idle = 0                        # ... of which waiting for work
-        self._busy_since: dict[int, float] = {}  # thread ident -> when its job started
-        self._linger = _LINGER
-        self._files: dict[str, _File] = {}
-        self._snapshot: dict[str, _Entry] = {}
-        self._listing: dict[str, int] = {}    # name -> inode, from the last listing
-        self._dir_key: Optional[tuple] = None  # the directory's (dev, inode, mtime) then
-        self._dir_racy = False                # listed too soon after its mtime to trust
-        self._sweep_names: list[str] = []
-        self._sweep_at = 0
-        self._ticks = 0
-        self._sweep_every = max(1, round(_SWEEP_EVERY / poll_interval))  # in ticks
-        self._stat_cost = 5e-6                # seconds per stat, measured as the sweep goes
-        self._racy: set[str] = set()          # files whose content must be read again
-        self._ignored: dict[str, str] = {}    # non-regular *.json names already warned about
-        self._heap: list = []                 # (due, seq, filename, generation, action)
-        self._seq = itertools.count()
-        self._generations = itertools.count(1)
-        self._channels: dict[str, _Channel] = {}
-        self._started_at: Optional[float] = None
-        self._thread: Optional[threading.Thread] = None
-        self._stopping = False
-        self._dir_lock: Optional[_DirectoryLock] = None
-        self._on_halt: Callable[[str], object] = lambda reason: None  # the CLI exits on it
-        self._dir_trouble: Optional[str] = None
-        self._anchor = (0.0, 0.0)             # (wall, monotonic) at the last wake
-        self._spawn = self._start_thread      # tests replace it to run workers by hand
 
-    # -- public API ---------------------------------------------------------
+    def apply(self, changes: _Changes, now: float, startup: bool = False) -> None:
+        """Act on what a scan found, each file on its own."""
+        with self.lock:
+            for name in changes.deleted:
+                self._guarded(name, self._forget, name, "file removed")
+            for name in changes.unusable:
+                self._guarded(name, self._forget, name, "file is no longer a regular file")
+            for name, sig in changes.changed:
+                self._guarded(name, self._changed, name, sig, now, startup)
 
-    def start(self) -> "EventsWatcher":
-        """Take the directory's lock, scan it, act on what is there, and start
-        the scheduler thread.  Returns once the start-up scan is done.  Raises
-        EventError naming the process when another harness watches it."""
-        asyncio = sys.modules.get("asyncio")  # not imported: no loop can be running
-        if self._loop is None:
-            try:
-                if asyncio is None:
-                    raise RuntimeError("no running event loop")
-                self._loop = asyncio.get_running_loop()
-            except RuntimeError:
-                if _is_async(self._handler) or _is_async(self._on_error):
-                    raise TypeError("a coroutine handler or on_error needs an event loop: call start() "
-                                    "inside one (or use 'async with'), or pass loop=") from None
-        with self._cond:
-            if self._started_at is not None:
-                raise RuntimeError("an EventsWatcher can be started only once")
-            os.makedirs(self.events_dir, exist_ok=True)
-            self._dir_lock = _DirectoryLock(self.events_dir)
-            self._startup(self._clock())
-            self._thread = threading.Thread(target=self._run, name="mom_events-scheduler", daemon=True)
-            self._thread.start()
-        return self
+    def run_due(self, now: float) -> None:
+        """Fire (or read again) what is due at ``now``."""
+        with self.lock:
+            for due, name, action in self.schedule.pop_due(now):
+                f = self._known.get(name)
+                if f is None:
+                    continue
+                if action == "retry":
+                    self._guarded(name, self._load, f, now)
+                else:
+                    self._guarded(name, self._fire, f, due, now)
 
-    def submit(self, channel_id: str, fn: Callable[[], object]) -> bool:
-        """Run ``fn()`` on the channel's queue, as a user's own message would
-        (a coroutine function runs on the loop).  Returns False, running
-        nothing, while the channel is busy."""
-        if self._loop is None and _is_async(fn):
-            raise TypeError("a coroutine function needs an event loop: pass loop= or start() inside one")
-        with self._cond:
-            if self._stopping:
-                return False
-            channel = self._channel(channel_id)
-            if channel.running is not None or channel.waiting:
-                return False
-            channel.waiting.append(_Job(channel_id, fn=fn))
-            self._kick(channel)
-            return True
-
-    def stop(self, timeout: float = 30) -> list[str]:
-        """Stop scheduling, drop what waits in the queues (the files stay), and
-        wait up to ``timeout`` seconds for running callbacks.  Returns the
-        channels still running then (their files are deleted if they finish)."""
-        with self._cond:
-            self._stop_scheduling()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        me = threading.get_ident()  # a callback may call stop(): not waiting for itself
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                busy = sorted(c.id for c in self._channels.values() if c.running is not None and c.thread != me)
-                remaining = deadline - time.monotonic()
-                if not busy or remaining <= 0:
-                    break
-                self._done.wait(remaining)
-            if self._dir_lock is not None:
-                self._dir_lock.release()
-            if self._history is not None:
-                self._history.close()
-            return busy
-
-    def __enter__(self) -> "EventsWatcher":
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
-
-    async def astop(self, timeout: float = 30) -> list[str]:
-        """``stop()`` for a coroutine: the waiting happens off the loop, so
-        the callbacks running on it can finish."""
-        import asyncio
-        return await asyncio.to_thread(self.stop, timeout)
-
-    async def __aenter__(self) -> "EventsWatcher":
-        import asyncio
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self.start)  # the start-up scan reads files: not on the loop
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.astop()
-
-    # -- callbacks, plain or coroutine ------------------------------------------
-
-    def _call(self, fn: Callable, *args) -> object:
-        """Call a callback on this worker thread; if it gives a coroutine, run
-        that on the loop and wait here, so the channel's next job waits too."""
-        result = fn(*args)
-        if not inspect.isawaitable(result):
-            return result
-        import asyncio
-        import concurrent.futures
-        loop = self._loop
-        if loop is None:
-            if inspect.iscoroutine(result):
-                result.close()
-            raise TypeError(f"{fn!r} returned an awaitable, but there is no event loop to run it on")
-        wrapper = _awaited(result)
-        try:
-            future = asyncio.run_coroutine_threadsafe(wrapper, loop)
-        except RuntimeError:  # the loop is closed
-            wrapper.close()
-            if inspect.iscoroutine(result):
-                result.close()
-            self._lost_loop()
-            raise _Interrupted("the event loop is closed") from None
-        while True:
-            try:
-                return future.result(timeout=0.25)
-            except concurrent.futures.TimeoutError:
-                if loop.is_closed():
-                    future.cancel()
-                    self._lost_loop()
-                    raise _Interrupted("the event loop closed while it ran") from None
-            except concurrent.futures.CancelledError:
-                raise _Interrupted("cancelled on the event loop") from None
-
-    def _lost_loop(self) -> None:
-        """The loop the coroutines run on is closed: log it once and stop."""
-        with self._lock:
-            if not self._loop_gone:
-                self._loop_gone = True
-                self._halt("the event loop closed while events were pending")
-
-    def _record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
-        """History, if kept; costs one call when not (it runs on the firing path)."""
-        if self._history is not None:
-            self._history.record(outcome, filename, event, **fields)
-
-    def _stop_scheduling(self) -> None:
-        self._stopping = True
-        for channel in self._channels.values():
-            for job in channel.waiting:
-                self._unqueued(job)
-            channel.waiting.clear()
-            channel.ready = False
-        self._ready.clear()
-        self._work.notify_all()  # idle workers go
-        self._cond.notify_all()
-
-    def _halt(self, reason: str) -> None:
-        """Stop for good from inside: the harness can no longer do its job."""
-        log.error("%s; stopping", reason)
-        self._stop_scheduling()
-        self._on_halt(reason)
-
-    # -- the scheduler thread -----------------------------------------------
-
-    def _startup(self, now: float) -> None:
-        self._started_at = now
-        self._anchor = (now, time.monotonic())
-        self._poll(now, startup=True)
-
-    def _run(self) -> None:
-        next_poll = time.monotonic() + self._poll_interval
-        with self._cond:
-            while not self._stopping:
-                try:
-                    if self._needs_loop and self._loop.is_closed():
-                        self._lost_loop()  # its events could never run
-                        break
-                    # Clock reads are system calls on some virtual machines: an
-                    # idle tick makes as few as it can.
-                    now, mono = self._clock(), time.monotonic()
-                    self._notice_clock_step(now, mono)
-                    self._run_due(now)  # first: a poll can take a while
-                    if mono >= next_poll:
-                        self._poll(now)
-                        next_poll = mono + self._poll_interval
-                        self._run_due(now)
-                    timeout = next_poll - mono
-                    staff_at = self._staff()
-                    if staff_at is not None:
-                        timeout = min(timeout, staff_at - mono)
-                    if self._heap:
-                        until_due = self._heap[0][0] - self._clock()
-                        if until_due < _LEAD and self._heap[0][4] == "fire":
-                            if not (self._idle or self._starting or self._stopping):
-                                self._start_worker()
-                            self._spin_until(self._heap[0][0], time.monotonic() + 2 * _LEAD)
-                            continue
-                        timeout = min(timeout, until_due - _LEAD)
-                except Exception:  # a bug must not silence every event for good
-                    log.exception("internal error in the scheduler; carrying on")
-                    timeout = self._poll_interval
-                if timeout > 0:
-                    self._cond.wait(timeout)
-
-    def _spin_until(self, due: float, give_up: float) -> None:
-        """Busy-wait the last fraction of a millisecond; never past ``give_up``
-        on the monotonic clock, in case the wall clock steps back."""
-        while self._clock() < due and time.monotonic() < give_up:
-            pass
-
-    def _notice_clock_step(self, now: float, mono: float) -> None:
-        """Due times are wall-clock instants, so a stepped clock needs nothing
-        but a log line: forward, what is due fires once; back, nothing fires
-        twice, because each file has at most one future heap entry."""
-        wall0, mono0 = self._anchor
-        self._anchor = (now, mono)
-        drift = (now - wall0) - (mono - mono0)
-        if abs(drift) > 1.0:
-            log.warning("the wall clock stepped %s by %.1f s", "forward" if drift > 0 else "back", abs(drift))
-
-    def _run_due(self, now: float) -> None:
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            due, _, name, generation, action = heapq.heappop(heap)
-            f = self._files.get(name)
-            if f is None or f.generation != generation:
-                continue  # cancelled
-            if action == "retry":
-                self._guarded(name, self._load, f, now)
-            else:
-                f.due = None
-                self._guarded(name, self._fire, f, due, now)
-
-    def _push(self, f: _File, due: float, action: str = "fire") -> None:
-        if action == "fire":
-            f.due = due
-        heapq.heappush(self._heap, (due, next(self._seq), f.name, f.generation, action))
-        if len(self._heap) > 2 * len(self._files) + 64:
-            self._compact()
-
-    def _compact(self) -> None:
-        """Drop dead entries: a far-future event rewritten again and again
-        would otherwise leave one behind per version until its old due time."""
-        files = self._files
-        self._heap[:] = [entry for entry in self._heap  # in place: _run_due holds the list
-                         if entry[2] in files and files[entry[2]].generation == entry[3]]
-        heapq.heapify(self._heap)
-
-    # -- polling: what changed in the directory -------------------------------
-
-    def _poll(self, now: float, startup: bool = False) -> None:
-        try:
-            seen = self._scan(startup)
-        except (FileNotFoundError, NotADirectoryError) as exc:
-            self._directory_trouble("is missing" if isinstance(exc, FileNotFoundError) else "is not a directory")
-            seen = dict.fromkeys(self._snapshot)  # its files are gone with it
-            self._listing, self._sweep_names, self._dir_key = {}, [], None
-        except OSError as exc:
-            self._directory_trouble(f"cannot be read ({exc.strerror})")
-            return  # nothing is known to have changed
-        if seen is None:
-            return  # another process holds the new directory's lock
-        if self._dir_trouble is not None and self._dir_key is not None:
-            log.warning("events directory %s is back", self.events_dir)
-            self._dir_trouble = None
-        if seen:  # the idle tick skips all of this
-            diff = _diff(self._snapshot, seen)
-            for name in diff.deleted:
-                del self._snapshot[name]
-                self._guarded(name, self._forget, name)
-            for name in diff.changed:
-                self._snapshot[name] = seen[name]
-            for name in sorted(diff.changed, key=lambda n: (seen[n].mtime_ns, n)):
-                self._guarded(name, self._changed, seen[name], name, now, startup)
-        for name in list(self._racy) if self._racy else ():
-            self._guarded(name, self._recheck, name, now)
-
-    def _scan(self, startup: bool) -> Optional[dict[str, Optional[_Entry]]]:
-        """Look at the directory as cheaply as the rules allow: one stat of it
-        when its mtime says no name was created, deleted or renamed; a listing
-        (and a stat of each new or replaced name) when it does, or when that
-        mtime is too recent to trust; and a self-paced sweep of per-file stats
-        for rewrites in place.  Returns the names looked at and what each is
-        now (None: gone), or None when the directory may not be touched."""
-        dir_st = os.stat(self.events_dir)
-        if not stat.S_ISDIR(dir_st.st_mode):
-            raise NotADirectoryError(self.events_dir)
-        if self._dir_lock is not None and not self._relock(dir_st):
-            return None
-        prefix = self._prefix
-        key = (dir_st.st_dev, dir_st.st_ino, dir_st.st_mtime_ns)
-        seen: dict[str, Optional[_Entry]] = {}
-        if startup or key != self._dir_key or self._dir_racy or not _FAST_SCAN:
-            seen_ns = time.time_ns()
-            self._lock.release()  # a listing of thousands of names: workers need not wait
-            try:
-                listing = _list(self.events_dir)
-            finally:
-                self._lock.acquire()
-            for name in _relisted(self._listing, listing, stat_all=not _FAST_SCAN):
-                seen[name] = _stat_entry(prefix + name) if name in listing else None
-            if listing.keys() != self._listing.keys():
-                self._sweep_names = list(listing)
-            self._listing, self._dir_key = listing, key
-            self._dir_racy = _is_racy(seen_ns, dir_st.st_mtime_ns)
-        if _FAST_SCAN:
-            self._sweep(prefix, seen)
-        return seen
-
-    def _sweep(self, prefix: str, seen: dict[str, Optional[_Entry]]) -> None:
-        """Stat the next few known files, round robin, for rewrites in place."""
-        self._ticks += 1
-        if self._ticks % self._sweep_every:
-            return
-        names = self._sweep_names
-        count = _sweep_batch(len(names), self._stat_cost, self._sweep_every * self._poll_interval)
-        if not count:
-            return
-        snapshot, at = self._snapshot, self._sweep_at
-        started = time.perf_counter()
-        for _ in range(count):
-            if at >= len(names):
-                at = 0
-            name = names[at]
-            at += 1
-            if name in seen:
-                continue
-            old = snapshot.get(name)
-            if old is not None and old.sig is not None:  # the common case, kept lean
-                try:
-                    if _signature(os.stat(prefix + name)) == old.sig:
-                        continue
-                except OSError:
-                    pass
-            entry = _stat_entry(prefix + name)
-            if entry != old:
-                seen[name] = entry
-        self._sweep_at = at
-        self._stat_cost = 0.7 * self._stat_cost + 0.3 * (time.perf_counter() - started) / count
-
-    def _relock(self, dir_st: os.stat_result) -> bool:
-        """A directory deleted and made again is a new directory: take its lock
-        before handling any file in it.  False: do not look at it."""
-        if _directory_id(dir_st) == self._dir_lock.directory_id:
-            return True
-        try:
-            lock = _DirectoryLock(self.events_dir)
-        except EventError as exc:
-            self._halt(str(exc))
-            return False
-        except OSError as exc:
-            self._directory_trouble(f"cannot be locked ({exc.strerror})")
-            return False
-        self._dir_lock.release()
-        self._dir_lock = lock
-        log.info("events directory %s was made anew; took its lock", self.events_dir)
-        return True
-
-    def _unsee(self, name: str) -> None:
-        """Forget what scans saw of a name, so that whatever has it next is new
-        (even a new file that got the old one's inode number)."""
-        self._snapshot.pop(name, None)
-        self._listing.pop(name, None)
-
-    def _directory_trouble(self, problem: str) -> None:
-        if self._dir_trouble != problem:
-            log.error("events directory %s %s; waiting for it", self.events_dir, problem)
-            self._dir_trouble = problem
-
-    def _changed(self, entry: _Entry, name: str, now: float, startup: bool = False) -> None:
-        """A name appeared or its signature changed: drop what was scheduled
-        and read it again."""
-        if entry.sig is None:
-            self._forget(name, keep_warning=True)
-            if self._ignored.get(name) != entry.kind:
-                self._ignored[name] = entry.kind
-                log.warning("%s", _ignored(name, entry.kind))
-            return
-        self._ignored.pop(name, None)
-        f = self._files.get(name)
+    def _changed(self, name: str, sig: tuple, now: float, startup: bool = False) -> None:
+        """A name appeared or changed: drop what was scheduled, read it again."""
+        f = self._known.get(name)
         if f is None:
-            f = self._files[name] = _File(name)
+            f = self._known[name] = _File(name)
         self._cancel(f, "file changed")
-        f.sig, f.attempts, f.quiet, f.at_startup = entry.sig, 0, False, startup
+        f.sig, f.attempts, f.quiet, f.at_startup = sig, 0, False, startup
         self._load(f, now)
 
-    def _recheck(self, name: str, now: float) -> None:
-        """git's racy-timestamp rule: content read too soon after its mtime may
-        have changed since without changing the stat, so compare it again."""
-        f = self._files.get(name)
-        if f is None or f.sig is None:
-            self._racy.discard(name)
-            return
-        read_ns = time.time_ns()
-        try:
-            data = _read_file(os.path.join(self.events_dir, name))
-        except (OSError, _NotRegular):
-            return  # the next scan sees what happened to it
-        if _digest(data) != f.digest:
-            log.debug("%s: content changed under an unchanged stat", name)
-            self._changed(_Entry(f.sig), name, now)
-        elif not _is_racy(read_ns, f.sig[3]):
-            self._racy.discard(name)
-
-    def _cancel(self, f: _File, why: Optional[str] = None) -> None:
-        """Kill its heap entries and its occurrence waiting in a queue; with
-        ``why``, what was pending goes to the history as cancelled."""
-        if why and f.event is not None and (f.due is not None or f.queued is not None):
-            self._record("cancelled", f.name, f.event, dueAt=f.due or (f.queued and f.queued.due),
-                         detail=why + (" while waiting in the queue" if f.queued else " before it was due"))
-        f.generation = next(self._generations)  # unique: a file forgotten and seen
-        f.due = None                            # again must not revive old entries
-        job, f.queued = f.queued, None
-        if job is not None:
-            channel = self._channels.get(job.channel)
-            if channel is not None and job in channel.waiting:
-                channel.waiting.remove(job)
-
-    def _forget(self, name: str, keep_warning: bool = False) -> None:
-        """The file is gone (or is no longer a regular file)."""
-        f = self._files.pop(name, None)
-        if f is not None:
-            self._cancel(f, "file is no longer a regular file" if keep_warning else "file removed")
-        self._racy.discard(name)
-        if not keep_warning:
-            self._ignored.pop(name, None)
-
-    # -- reading and scheduling one file ---------------------------------------
-
     def _load(self, f: _File, now: float) -> None:
-        path = os.path.join(self.events_dir, f.name)
         read_ns = time.time_ns()
         try:
-            data = _read_file(path)
-        except FileNotFoundError:
-            self._forget(f.name)
-            self._unsee(f.name)  # if it comes back, it is new
-            return
-        except _NotRegular as exc:
-            self._changed(_Entry(None, str(exc)), f.name, now)
+            data = _read_file(os.path.join(self.directory, f.name))
+        except (FileNotFoundError, _NotRegular) as exc:  # gone, or swapped since the scan
+            self._forget(f.name, "file removed" if isinstance(exc, OSError) else "file is no longer a regular file")
+            self._scanner.forget(f.name)  # the next scan says what has the name now
             return
         except OSError as exc:
             if not f.quiet:
@@ -1411,10 +1544,7 @@ class EventsWatcher:
             return  # the content that already ran and could not be deleted
         f.spent = False
         f.digest = digest
-        if _is_racy(read_ns, f.sig[3]):
-            self._racy.add(f.name)
-        else:
-            self._racy.discard(f.name)
+        self._scanner.note_read(f.name, digest, read_ns)
         try:
             f.event = parse_event(data, f.name)
         except _NeedsCroniter as exc:
@@ -1429,7 +1559,7 @@ class EventsWatcher:
             self._retry_later(f, now, exc)
             return
         f.attempts = 0
-        self._schedule(f, now)
+        self._plan(f, now)
 
     def _retry_later(self, f: _File, now: float, exc: EventError) -> None:
         """The writer may be mid-write: retry after 100, 200 and 400 ms."""
@@ -1437,7 +1567,7 @@ class EventsWatcher:
             delay = _RETRY_DELAYS[f.attempts]
             f.attempts += 1
             log.debug("%s; retrying in %d ms", exc, delay * 1000)
-            self._push(f, now + delay, "retry")
+            self.schedule.push(f.name, now + delay, "retry")
             return
         self._invalid(f, exc.reason)
 
@@ -1455,7 +1585,7 @@ class EventsWatcher:
             step(*args)
         except Exception as exc:
             log.debug("%s: traceback of the unexpected error", name, exc_info=exc)
-            f = self._files.get(name)
+            f = self._known.get(name)
             reason = f"unexpected error while handling it: {type(exc).__name__}: {exc}"
             if f is None:
                 log.error("%s: %s", name, reason)
@@ -1468,12 +1598,13 @@ class EventsWatcher:
                 self._cancel(f)
                 f.spent, f.event = True, None
 
-    def _schedule(self, f: _File, now: float) -> None:
+    def _plan(self, f: _File, now: float) -> None:
+        """A valid event: run it, schedule it, or drop it by its type's rules."""
         event = f.event
         if event.type == "immediate":
             # Only the start-up scan judges staleness: a file that appears later
             # always runs, whatever mtime mv or cp -p gave it.
-            if f.at_startup and f.sig[3] < (self._started_at * 1e9) - _TICK_NS:
+            if f.at_startup and f.sig[3] < (self.started_at * 1e9) - _TICK_NS:
                 log.info("%s: immediate event from before start-up (stale); deleting it without running", f.name)
                 self._record("stale", f.name, event, detail="written before start-up")
                 self._delete(f)
@@ -1491,185 +1622,96 @@ class EventsWatcher:
                 self._record("past", f.name, event, dueAt=due)
                 self._delete(f)
             else:
-                self._push(f, due)
+                self.schedule.push(f.name, due)
         else:
-            self._push(f, _next_fire_ts(event, now))
+            self.schedule.push(f.name, _next_fire_ts(event, now))
 
     def _fire(self, f: _File, due: float, now: float) -> None:
         if f.event.type == "periodic":
-            self._push(f, _next_fire_ts(f.event, now))  # from now: no catch-up
+            self.schedule.push(f.name, _next_fire_ts(f.event, now))  # from now: no catch-up
         self._enqueue(f, due)
-
-    # -- channel queues -------------------------------------------------------
-
-    def _channel(self, channel_id: str) -> _Channel:
-        channel = self._channels.get(channel_id)
-        if channel is None:
-            channel = self._channels[channel_id] = _Channel(channel_id)
-        return channel
 
     def _enqueue(self, f: _File, due: Optional[float]) -> None:
         event = f.event
-        channel = self._channel(event.channel_id)
-        if f.queued is not None:
+        if f.queued is not None and self._channels.is_waiting(f.queued):
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
-                     f.name, channel.id)
-            self._record("coalesced", f.name, event, dueAt=due,
-                         detail="its previous occurrence is still waiting")
+                     f.name, event.channel_id)
+            self._record("coalesced", f.name, event, dueAt=due, detail="its previous occurrence is still waiting")
             return
-        if len(channel.waiting) >= self._max_queued:
+        job = _Job(event.channel_id, event=event, generation=self.schedule.generation(f.name),
+                   sig=f.sig, digest=f.digest, due=due)
+        if not self._channels.put(job):
             log.warning("%s: channel %s already has %d events waiting; discarding this occurrence",
-                        f.name, channel.id, len(channel.waiting))
+                        f.name, event.channel_id, self._max_queued)
             self._record("discarded", f.name, event, dueAt=due,
-                         detail=f"{len(channel.waiting)} events already waiting on the channel")
+                         detail=f"{self._max_queued} events already waiting on the channel")
             if event.type != "periodic":
                 self._delete(f)
             return
-        job = _Job(channel.id, event=event, generation=f.generation, sig=f.sig, digest=f.digest, due=due)
-        channel.waiting.append(job)
         f.queued = job
         self._record("queued", f.name, event, dueAt=due)
-        self._kick(channel)
 
-    def _unqueued(self, job: _Job) -> None:
-        """The job left its queue (started or dropped): its file no longer waits."""
-        f = self._files.get(job.event.filename) if job.event else None
-        if f is not None and f.queued is job:
-            f.queued = None
+    def _cancel(self, f: _File, why: Optional[str] = None) -> None:
+        """Kill its schedule entries and its occurrence waiting in a queue;
+        with ``why``, what was pending goes to the history as cancelled."""
+        due = self.schedule.due(f.name)
+        withdrawn = f.queued is not None and self._channels.withdraw(f.queued)
+        if why and f.event is not None and (due is not None or withdrawn):
+            self._record("cancelled", f.name, f.event, dueAt=due or f.queued.due,
+                         detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
+        self.schedule.renew(f.name)
+        f.queued = None
 
-    def _kick(self, channel: _Channel) -> None:
-        """A job waits on the channel: make it ready, unless one of its jobs
-        runs (the worker kicks it again when that ends) or it is ready already."""
-        if self._stopping or channel.running is not None or channel.ready:
-            return
-        channel.ready = True
-        self._ready.append(channel)
-        self._staff()
+    def _forget(self, name: str, why: Optional[str] = None) -> None:
+        """The file is gone (or is no longer a regular file)."""
+        f = self._known.pop(name, None)
+        if f is not None:
+            self._cancel(f, why)
+        self.schedule.drop(name)
 
-    # -- the worker pool --------------------------------------------------------
+    # -- running an event, and deleting its file ---------------------------------
 
-    def _staff(self) -> Optional[float]:
-        """Give ready channels a worker: wake an idle one, or start one when
-        there is none, or when every worker's callback has run longer than
-        _SPAWN_AFTER.  Returns when to look again (monotonic), if needed."""
-        if not self._ready or self._stopping:
-            return None
-        if self._idle:
-            self._work.notify()
-            return None
-        if self._starting or len(self._busy_since) < self._workers:
-            return None  # a worker is on its way to the ready queue
-        at = max(self._busy_since.values(), default=-math.inf) + _SPAWN_AFTER
-        if time.monotonic() < at:
-            return at
-        self._start_worker()
-        return None
-
-    def _start_worker(self) -> None:
-        try:
-            self._spawn(self._work_loop)
-        except RuntimeError as exc:  # "can't start new thread": the ones there carry on
-            log.error("cannot start a worker thread (%s); %d running", exc, self._workers)
-            return
-        self._workers += 1
-        self._starting += 1
-
-    def _start_thread(self, target: Callable[[], None]) -> threading.Thread:
-        thread = threading.Thread(target=target, name="mom_events-worker", daemon=True)
-        thread.start()
-        return thread
-
-    def _work_loop(self) -> None:
-        """A pool worker: take the next ready channel, run its next job, put
-        the channel back if more wait; go when nothing was ready for _LINGER."""
-        with self._lock:
-            self._starting -= 1
-            try:
-                me = threading.get_ident()
-                while self._wait_for_work():
-                    channel = self._ready.popleft()
-                    channel.ready = False
-                    if not channel.waiting:
-                        continue  # its jobs were cancelled meanwhile
-                    job = channel.waiting.popleft()
-                    channel.running, channel.thread = job, me
-                    self._busy_since[me] = time.monotonic()
-                    self._unqueued(job)
-                    self._staff()  # more are ready: pass it on
-                    self._lock.release()
-                    try:
-                        started = time.time()
-                        if job.event is not None:
-                            self._record("started", job.event.filename, job.event, dueAt=job.due)
-                        finished, error = self._execute(job)
-                        if job.event is not None:
-                            self._record("done" if error is None else "failed", job.event.filename, job.event,
-                                         dueAt=job.due, startedAt=started,
-                                         finishedAt=time.time(), detail=error)
-                    finally:
-                        self._lock.acquire()
-                        del self._busy_since[me]
-                    channel.running = channel.thread = None
-                    if finished and job.event is not None and job.event.type != "periodic":
-                        self._guarded(job.event.filename, self._delete_after_run, job)
-                    if channel.waiting:
-                        self._kick(channel)
-                    self._done.notify_all()
-            finally:
-                self._workers -= 1
-                self._done.notify_all()
-
-    def _wait_for_work(self) -> bool:
-        """True once a channel is ready; False to let the worker go."""
-        deadline = None
-        while not self._ready:
-            if self._stopping or self._linger <= 0:
-                return False
-            now = time.monotonic()
-            deadline = deadline or now + self._linger
-            if now >= deadline:
-                return False
-            self._idle += 1
-            try:
-                self._work.wait(deadline - now)
-            finally:
-                self._idle -= 1
-        return not self._stopping
+    def perform(self, job: _Job) -> None:
+        """A worker runs one occurrence: the handler (on_error if it raised),
+        its history lines, and the deletion of its file."""
+        event = job.event
+        with self.lock:  # after the line that queued it
+            self._record("started", event.filename, event, dueAt=job.due)
+        started = time.time()
+        finished, error = self._execute(job)
+        self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
+                     startedAt=started, finishedAt=time.time(), detail=error)
+        if finished and event.type != "periodic":
+            with self.lock:
+                self._guarded(event.filename, self._delete_after_run, job)
 
     def _execute(self, job: _Job) -> tuple[bool, Optional[str]]:
-        """Run one job; whatever it raises is reported, never propagated.
+        """Run the handler; whatever it raises goes to on_error, never further.
         Returns whether it ran to its end (not when cut short at shutdown:
         then its file stays) and what went wrong, in one line, if anything."""
+        event = job.event
         try:
-            if job.event is None:
-                self._call(job.fn)
-            else:
-                self._call(self._handler, job.event)
+            self._channels.call(self._handler, event)
         except _Interrupted as exc:
-            log.warning("%s: %s; its file stays", job.event.filename if job.event else job.channel, exc)
+            log.warning("%s: %s; its file stays", event.filename, exc)
             return False, f"interrupted: {exc}"
         except BaseException as exc:  # no worker ever dies
-            if job.event is None:
-                log.error("function submitted to channel %s raised: %s", job.channel, exc, exc_info=exc)
-            else:
-                try:
-                    self._call(self._on_error, job.event, exc)
-                except _Interrupted:
-                    pass
-                except BaseException as second:
-                    log.error("%s: on_error raised: %s", job.event.filename, second, exc_info=second)
+            try:
+                self._channels.call(self._on_error, event, exc)
+            except _Interrupted:
+                pass
+            except BaseException as second:
+                log.error("%s: on_error raised: %s", event.filename, second, exc_info=second)
             return True, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return True, None
-
-    # -- deleting files --------------------------------------------------------
 
     def _delete_after_run(self, job: _Job) -> None:
         """An immediate or one-shot is deleted once it ran, unless the file
         changed meanwhile: then its new content is a new event."""
-        f = self._files.get(job.event.filename)
-        if f is None or f.generation != job.generation:
+        f = self._known.get(job.event.filename)
+        if f is None or self.schedule.generation(f.name) != job.generation:
             return
-        path = os.path.join(self.events_dir, f.name)
+        path = os.path.join(self.directory, f.name)
         try:
             st = os.stat(path)
             if _signature(st) != job.sig:
@@ -1682,7 +1724,7 @@ class EventsWatcher:
 
     def _delete(self, f: _File) -> bool:
         try:
-            os.unlink(os.path.join(self.events_dir, f.name))
+            os.unlink(os.path.join(self.directory, f.name))
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -1693,12 +1735,207 @@ class EventsWatcher:
             f.spent, f.event = True, None
             return False
         self._forget(f.name)
-        self._unsee(f.name)  # a file written again under this name is new
+        self._scanner.forget(f.name)  # a file written again under this name is new
         return True
 
-    def _scheduled_count(self) -> int:
-        with self._cond:
-            return sum(1 for f in self._files.values() if f.due is not None)
+    def _record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
+        """History, if kept; costs one call when not (it runs on the firing path)."""
+        if self.history is not None:
+            self.history.record(outcome, filename, event, **fields)
+
+
+class EventsWatcher:
+    """Watch ``events_dir`` and call ``handler(event)`` when each event is due.
+
+    ``handler`` runs on a worker thread, one event at a time per channel.
+    ``on_error(event, exc)`` gets what the handler raised (default: log it).
+    Either may be a coroutine function: it then runs on ``loop`` (default: the
+    loop running when ``start()`` is called) while the channel waits for it.
+    ``history`` is a file that gets one JSON line per outcome.  ``on_halt``
+    is called with the reason if the watcher stops by itself.  ``clock``
+    returns the wall-clock time as a POSIX timestamp.
+    """
+
+    def __init__(self, events_dir, handler: Callable[[Event], object],
+                 on_error: Optional[Callable[[Event, BaseException], object]] = None,
+                 poll_interval: float = 0.04, max_queued: int = 5,
+                 clock: Callable[[], float] = time.time,
+                 loop: Optional[asyncio.AbstractEventLoop] = None, history=None, misfire_grace: float = 0,
+                 on_halt: Optional[Callable[[str], object]] = None):
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        if on_error is not None and not callable(on_error):
+            raise TypeError("on_error must be callable")
+        if not poll_interval > 0:
+            raise ValueError("poll_interval must be positive")
+        if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
+            raise ValueError("max_queued must be a whole number of at least 1")
+        if not misfire_grace >= 0:
+            raise ValueError("misfire_grace must be zero or more seconds")
+        self.events_dir = os.fspath(events_dir)
+        self._on_halt = on_halt or (lambda reason: None)
+        self._poll_interval = poll_interval
+        self._clock = clock
+        self._needs_loop = _is_async(handler) or _is_async(on_error)
+        self._scanner = _Scanner(self.events_dir, poll_interval)
+        self._channels = _Channels(lambda job: self._files.perform(job), max_queued, self._lost_loop)
+        self._channels.loop = loop
+        self._files = _Files(self.events_dir, self._scanner, self._channels,
+                             _History(history) if history is not None else None,
+                             handler, on_error or _log_error, max_queued, misfire_grace)
+        self._schedule = self._files.schedule
+        self._lock = self._files.lock
+        self._wakeup = threading.Lock()       # released to wake the scheduler early
+        self._wakeup.acquire()
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+
+    # -- public API ---------------------------------------------------------
+
+    def start(self) -> "EventsWatcher":
+        """Take the directory's lock, scan it, act on what is there, and start
+        the scheduler thread.  Returns once the start-up scan is done.  Raises
+        EventError naming the process when another harness watches it."""
+        asyncio = sys.modules.get("asyncio")  # not imported: no loop can be running
+        if self._channels.loop is None:
+            try:
+                if asyncio is None:
+                    raise RuntimeError("no running event loop")
+                self._channels.loop = asyncio.get_running_loop()
+            except RuntimeError:
+                if self._needs_loop:
+                    raise TypeError("a coroutine handler or on_error needs an event loop: call start() "
+                                    "inside one (or use 'async with'), or pass loop=") from None
+        with self._lock:
+            if self._files.started_at is not None:
+                raise RuntimeError("an EventsWatcher can be started only once")
+            self._scanner.lock()
+            self._startup(self._clock())
+            self._thread = threading.Thread(target=self._run, name="mom_events-scheduler", daemon=True)
+            self._thread.start()
+        return self
+
+    def submit(self, channel_id: str, fn: Callable[[], object]) -> bool:
+        """Run ``fn()`` on the channel's queue, as a user's own message would
+        (a coroutine function runs on the loop).  Returns False, running
+        nothing, while the channel runs or has anything waiting."""
+        if self._channels.loop is None and _is_async(fn):
+            raise TypeError("a coroutine function needs an event loop: pass loop= or start() inside one")
+        return self._channels.submit(channel_id, fn)
+
+    def scheduled_count(self) -> int:
+        """How many events have a firing scheduled."""
+        with self._lock:
+            return self._schedule.scheduled()
+
+    def stop(self, timeout: float = 30) -> list[str]:
+        """Stop scheduling, drop what waits in the queues (the files stay), and
+        wait up to ``timeout`` seconds for running callbacks.  Returns the
+        channels still running then (their files are deleted if they finish)."""
+        with self._lock:
+            self._stop_scheduling()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        busy = self._channels.wait(timeout)
+        with self._lock:
+            self._scanner.release()
+            if self._files.history is not None:
+                self._files.history.close()
+        return busy
+
+    def __enter__(self) -> "EventsWatcher":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    async def astop(self, timeout: float = 30) -> list[str]:
+        """``stop()`` for a coroutine: the waiting happens off the loop, so
+        the callbacks running on it can finish."""
+        import asyncio
+        return await asyncio.to_thread(self.stop, timeout)
+
+    async def __aenter__(self) -> "EventsWatcher":
+        import asyncio
+        if self._channels.loop is None:
+            self._channels.loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.start)  # the start-up scan reads files: not on the loop
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.astop()
+
+    # -- the scheduler thread -----------------------------------------------
+
+    def _startup(self, now: float) -> None:
+        self._files.started_at = now
+        self._schedule.notice_clock_step(now, time.monotonic())
+        self._poll(now, startup=True)
+
+    def _run(self) -> None:
+        """Poll every interval; between polls sleep until the next due time,
+        wake a millisecond early and spin the rest (precise firing)."""
+        next_poll = time.monotonic() + self._poll_interval
+        while not self._stopping:
+            timeout = self._poll_interval
+            try:
+                if self._needs_loop and self._channels.loop.is_closed():
+                    self._channels.lost_loop()  # its events could never run
+                    break
+                # Clock reads are system calls on some virtual machines: an
+                # idle tick makes as few as it can.
+                now, mono = self._clock(), time.monotonic()
+                if mono >= next_poll:
+                    self._poll(now)
+                    next_poll = mono + self._poll_interval
+                with self._lock:
+                    self._schedule.notice_clock_step(now, mono)
+                    self._files.run_due(now)
+                    timeout = next_poll - mono
+                    staff_at = self._channels.staff()
+                    if staff_at is not None:
+                        timeout = min(timeout, staff_at - mono)
+                    upcoming = self._schedule.next_due()
+                if upcoming is not None:
+                    due, action = upcoming
+                    until_due = due - self._clock()
+                    if until_due < _LEAD and action == "fire":
+                        self._channels.stand_by()
+                        _spin_until(self._clock, due, time.monotonic() + 2 * _LEAD)
+                        continue
+                    timeout = min(timeout, until_due - _LEAD)
+            except Exception:  # a bug must not silence every event for good
+                log.exception("internal error in the scheduler; carrying on")
+            if timeout > 0:
+                self._wakeup.acquire(timeout=timeout)
+
+    def _poll(self, now: float, startup: bool = False) -> None:
+        """Scan (without the lock) and act on what changed."""
+        try:
+            changes = self._scanner.scan(startup)
+        except EventError as exc:  # the directory was made anew, and another harness has it
+            self._halt(str(exc))
+            return
+        if changes is not None:
+            self._files.apply(changes, now, startup)
+
+    def _stop_scheduling(self) -> None:
+        self._stopping = True
+        self._channels.close()
+        try:
+            self._wakeup.release()
+        except RuntimeError:
+            pass  # already woken
+
+    def _halt(self, reason: str) -> None:
+        """Stop for good from inside: the harness can no longer do its job."""
+        log.error("%s; stopping", reason)
+        with self._lock:
+            self._stop_scheduling()
+        self._on_halt(reason)
+
+    def _lost_loop(self) -> None:
+        self._halt("the event loop closed while events were pending")
 
 
 # ---------------------------------------------------------------------------
@@ -2236,8 +2473,8 @@ def _serve(args: argparse.Namespace) -> int:
             commands(event)
 
     watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history,
-                            misfire_grace=args.misfire_grace)
-    watcher._on_halt = lambda reason: (halted.append(reason), stop.set())
+                            misfire_grace=args.misfire_grace,
+                            on_halt=lambda reason: (halted.append(reason), stop.set()))
     try:
         watcher.start()
     except EventError as exc:
@@ -2246,7 +2483,7 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         log.error("cannot watch %s: %s", args.dir, exc.strerror or exc)
         return 2
-    log.info("watching %s (%d events scheduled)", os.path.abspath(args.dir), watcher._scheduled_count())
+    log.info("watching %s (%d events scheduled)", os.path.abspath(args.dir), watcher.scheduled_count())
     stop.wait()
     if halted:
         watcher.stop(timeout=args.grace)

@@ -76,8 +76,8 @@ class Harness:
         kwargs.setdefault("on_error", lambda event, exc: self.errors.append((event.filename, exc)))
         kwargs.setdefault("poll_interval", mom_events._SWEEP_EVERY)  # every tick sweeps every file
         self.w = EventsWatcher(self.dir, lambda event: self.handler(event), clock=lambda: self.now, **kwargs)
-        self.w._spawn = hold(self.workers)
-        self.w._linger = 0  # workers run by hand must not wait for more work
+        self.w._channels._spawn = hold(self.workers)
+        self.w._channels._linger = 0  # workers run by hand must not wait for more work
 
     def write(self, name, content, mtime=None):
         path = self.dir / name
@@ -102,19 +102,19 @@ class Harness:
             self.now = now
         with self.w._lock:
             self.w._poll(self.now)
-            self.w._run_due(self.now)
+            self.w._files.run_due(self.now)
         self.run_workers()
 
     def advance(self, seconds, step=None):
         """Move time forward, waking at every due entry like the real loop."""
         end = self.now + seconds
         while True:
-            heap = self.w._heap
+            heap = self.w._schedule._heap
             if not heap or heap[0][0] > end:
                 break
             nxt = heap[0][0]
             with self.w._lock:
-                self.w._run_due(max(nxt, self.now))
+                self.w._files.run_due(max(nxt, self.now))
             self.now = max(nxt, self.now)
             self.run_workers()
         self.tick(end)
@@ -724,14 +724,14 @@ class StartupTest(unittest.TestCase):
         self.assertFalse(h.exists("past.json"))
         self.assertFalse(h.exists("now.json"))
         self.assertTrue(h.exists("future.json"))
-        self.assertEqual(h.w._scheduled_count(), 1)
+        self.assertEqual(h.w.scheduled_count(), 1)
 
     def test_periodic_is_scheduled_without_catching_up(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
         h.write("p.json", periodic("* * * * *"))
         h.start()
         self.assertEqual(h.fired, [])
-        self.assertEqual(h.w._files["p.json"].due, utc(2025, 1, 1, 9, 1).timestamp())
+        self.assertEqual(h.w._schedule.due("p.json"), utc(2025, 1, 1, 9, 1).timestamp())
 
     def test_same_scan_is_taken_in_mtime_then_name_order(self):
         h = Harness(self)
@@ -797,7 +797,7 @@ class OneShotTest(unittest.TestCase):
         h.tick(h.now + 0.1)
         h.advance(20)
         self.assertEqual(h.fired, [])
-        self.assertEqual(h.w._scheduled_count(), 0)
+        self.assertEqual(h.w.scheduled_count(), 0)
 
 
 class PeriodicTest(unittest.TestCase):
@@ -815,7 +815,7 @@ class PeriodicTest(unittest.TestCase):
         h.start()
         h.tick(utc(2025, 1, 1, 10, 0, 30).timestamp())  # an hour late: a clock step or a suspend
         self.assertEqual(len(h.fired), 1)
-        self.assertEqual(h.w._files["p.json"].due, utc(2025, 1, 1, 10, 1).timestamp())
+        self.assertEqual(h.w._schedule.due("p.json"), utc(2025, 1, 1, 10, 1).timestamp())
 
     def test_daylight_saving_in_the_events_own_timezone(self):
         h = Harness(self, now=vienna(2025, 3, 30, 1, 0).timestamp())
@@ -942,8 +942,7 @@ class ChangeTest(unittest.TestCase):
         h.tick(h.now + 0.1)
         path = h.write("r.json", one_shot(h.now + 50, text="BBBB"))
         # make the scanner see exactly the signature it already has
-        h.w._snapshot["r.json"] = mom_events._stat_entry(str(path))
-        h.w._files["r.json"].sig = h.w._snapshot["r.json"].sig
+        h.w._scanner._snapshot["r.json"] = mom_events._stat_entry(str(path))
         h.tick(h.now + 0.1)
         h.advance(60)
         self.assertEqual(h.texts(), ["BBBB"])
@@ -952,7 +951,7 @@ class ChangeTest(unittest.TestCase):
         h = Harness(self)
         h.write("p.json", periodic(), mtime=time.time() - 60)
         h.start()
-        self.assertNotIn("p.json", h.w._racy)
+        self.assertNotIn("p.json", h.w._scanner._fresh)
         with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
             h.tick(h.now + 0.1)
 
@@ -960,10 +959,10 @@ class ChangeTest(unittest.TestCase):
         h = Harness(self)
         h.write("p.json", periodic())
         h.start()
-        self.assertIn("p.json", h.w._racy)
+        self.assertIn("p.json", h.w._scanner._fresh)
         os.utime(h.dir / "p.json", (time.time() - 60, time.time() - 60))
         h.tick(h.now + 0.1)  # the signature changed: read again, now old enough to trust
-        self.assertNotIn("p.json", h.w._racy)
+        self.assertNotIn("p.json", h.w._scanner._fresh)
 
     def test_touch_keeps_the_same_schedule(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
@@ -984,14 +983,14 @@ class RetryTest(unittest.TestCase):
         with self.assertLogs("mom_events", "DEBUG") as logs:
             h.tick(t0)
             for delay in (0.1, 0.2):
-                h.w._run_due(h.now + delay - 0.001)
+                h.w._files.run_due(h.now + delay - 0.001)
                 self.assertTrue(h.exists("bad.json"))
                 h.now += delay
-                h.w._run_due(h.now)
+                h.w._files.run_due(h.now)
                 self.assertTrue(h.exists("bad.json"))
-            h.w._run_due(h.now + 0.399)
+            h.w._files.run_due(h.now + 0.399)
             self.assertTrue(h.exists("bad.json"))
-            h.w._run_due(h.now + 0.4)
+            h.w._files.run_due(h.now + 0.4)
         self.assertFalse(h.exists("bad.json"))
         errors = [line for line in logs.output if line.startswith("ERROR")]
         self.assertEqual(len(errors), 1)
@@ -1005,7 +1004,7 @@ class RetryTest(unittest.TestCase):
         h.write("w.json", '{"type": "immediate", "chan')  # the writer is mid-write
         h.tick(h.now + 0.1)
         (h.dir / "w.json").write_text(json.dumps(immediate(text="done writing")))
-        h.w._run_due(h.now + 0.1)  # the retry reads it again
+        h.w._files.run_due(h.now + 0.1)  # the retry reads it again
         h.run_workers()
         self.assertEqual(h.texts(), ["done writing"])
 
@@ -1014,11 +1013,11 @@ class RetryTest(unittest.TestCase):
         h.start()
         h.write("w.json", "{")
         h.tick(h.now + 0.1)
-        h.w._run_due(h.now + 0.1)
-        h.w._run_due(h.now + 0.3)  # two retries used
+        h.w._files.run_due(h.now + 0.1)
+        h.w._files.run_due(h.now + 0.3)  # two retries used
         h.write("w.json", "{{")  # another bad version
         h.tick(h.now + 0.35)
-        self.assertEqual(h.w._files["w.json"].attempts, 1)
+        self.assertEqual(h.w._files._known["w.json"].attempts, 1)
         h.advance(0.69)
         self.assertTrue(h.exists("w.json"))
         with self.assertLogs("mom_events", "ERROR"):
@@ -1096,7 +1095,7 @@ class IsolationTest(unittest.TestCase):
         """A year-1 one-shot while a history is kept and a 5,000-digit schedule
         are invalid files now; a valid immediate beside them fires."""
         h = Harness(self, history=None)
-        h.w._history = mom_events._History(h.dir / ".history.jsonl")
+        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
         h.write("old.json", one_shot("0001-01-01T00:00:00+01:00"))
         h.write("long.json", periodic("0 0 " + "1" * 5000 + " * *"))
         h.write("good.json", immediate(text="fires"), mtime=h.now)
@@ -1112,7 +1111,7 @@ class IsolationTest(unittest.TestCase):
     def test_a_history_line_that_cannot_be_formatted_is_that_lines_alone(self):
         h = Harness(self, history=None)
         path = h.dir / ".history.jsonl"
-        h.w._history = mom_events._History(path)
+        h.w._files.history = mom_events._History(path)
         h.start()
         h.write("a.json", immediate(text="a"))
         h.write("b.json", immediate(text="b"))
@@ -1182,7 +1181,7 @@ class NamesAndKindsTest(unittest.TestCase):
 class QueueTest(unittest.TestCase):
     def hold_workers(self, h):
         held = []
-        h.w._spawn = hold(held)
+        h.w._channels._spawn = hold(held)
         return held
 
     def test_at_most_five_wait_and_the_rest_are_discarded_and_deleted(self):
@@ -1193,7 +1192,7 @@ class QueueTest(unittest.TestCase):
             h.write(f"e{i}.json", immediate(text=str(i)), mtime=h.now + i)
         with self.assertLogs("mom_events", "WARNING") as logs:
             h.tick(h.now + 0.1)
-        self.assertEqual(len(h.w._channels["C1"].waiting), 5)
+        self.assertEqual(h.w._channels.waiting("C1"), 5)
         self.assertFalse(h.exists("e5.json"))
         self.assertFalse(h.exists("e6.json"))
         self.assertTrue(any("e5.json" in line and "C1" in line for line in logs.output))
@@ -1222,7 +1221,7 @@ class QueueTest(unittest.TestCase):
             h.write(f"e{i}.json", immediate(text=str(i)), mtime=h.now + i)
         with self.assertLogs("mom_events", "WARNING"):
             h.tick(h.now + 0.1)
-        self.assertEqual(len(h.w._channels["C1"].waiting), 5)
+        self.assertEqual(h.w._channels.waiting("C1"), 5)
         release.set()
         worker.join(10)
         self.assertEqual(h.texts(), ["first", "0", "1", "2", "3", "4"])
@@ -1233,7 +1232,7 @@ class QueueTest(unittest.TestCase):
         h.start()
         held = self.hold_workers(h)
         h.advance(60 * 5)
-        self.assertEqual(len(h.w._channels["C1"].waiting), 1)
+        self.assertEqual(h.w._channels.waiting("C1"), 1)
         held.pop()()
         self.assertEqual(len(h.fired), 1)
 
@@ -1283,8 +1282,8 @@ class QueueTest(unittest.TestCase):
         h.write("b.json", immediate("B", "b"))
         with self.assertLogs("mom_events", "WARNING"):
             h.tick(h.now + 0.1)
-        self.assertEqual(len(h.w._channels["A"].waiting), 5)  # A's sixth was discarded, not B's
-        self.assertEqual(len(h.w._channels["B"].waiting), 1)
+        self.assertEqual(h.w._channels.waiting("A"), 5)  # A's sixth was discarded, not B's
+        self.assertEqual(h.w._channels.waiting("B"), 1)
         while held:
             held.pop()()
         self.assertEqual(sorted(h.texts()), ["0", "1", "2", "3", "4", "b"])
@@ -1388,8 +1387,8 @@ class CallbackTest(unittest.TestCase):
         with mock.patch("mom_events.os.unlink", side_effect=denied), self.assertLogs("mom_events") as logs:
             h.tick(h.now + 0.1)
             for _ in range(5):
+                h.w._scanner._fresh["a.json"] = 0  # as if its content were in doubt
                 h.tick(h.now + 1)
-                h.w._recheck("a.json", h.now)
         self.assertEqual(len(h.fired), 1)
         self.assertEqual(len([line for line in logs.output if "cannot delete" in line]), 1)
         self.assertTrue(h.exists("a.json"))
@@ -1400,7 +1399,7 @@ class SubmitTest(unittest.TestCase):
         h = Harness(self)
         h.start()
         held = []
-        h.w._spawn = hold(held)
+        h.w._channels._spawn = hold(held)
         ran = []
         self.assertTrue(h.w.submit("C1", lambda: ran.append("user")))
         self.assertFalse(h.w.submit("C1", lambda: ran.append("second")))
@@ -1413,7 +1412,7 @@ class SubmitTest(unittest.TestCase):
     def test_submit_is_refused_while_an_event_waits(self):
         h = Harness(self)
         h.start()
-        h.w._spawn = hold([])
+        h.w._channels._spawn = hold([])
         h.write("a.json", immediate())
         h.tick(h.now + 0.1)
         self.assertFalse(h.w.submit("C1", lambda: None))
@@ -1452,9 +1451,9 @@ class ClockStepTest(unittest.TestCase):
 
     def test_the_step_is_logged(self):
         h = Harness(self)
-        h.w._anchor = (1000.0, 50.0)
+        h.w._schedule._anchor = (1000.0, 50.0)
         with self.assertLogs("mom_events", "WARNING") as logs:
-            h.w._notice_clock_step(4600.0, 51.0)
+            h.w._schedule.notice_clock_step(4600.0, 51.0)
         self.assertIn("forward by 3599.0 s", logs.output[0])
 
 
@@ -1537,7 +1536,7 @@ class EndToEndTest(unittest.TestCase):
         for i in range(3):
             (self.dir / f"q{i}.json").write_text(json.dumps(immediate(text=str(i))))
             os.utime(self.dir / f"q{i}.json", (time.time() + i, time.time() + i))
-        self.assertTrue(wait_for(lambda: w._channels.get("C1") and w._channels["C1"].running))
+        self.assertTrue(wait_for(lambda: w._channels.running("C1")))
         time.sleep(0.2)
         release.set()
         self.assertEqual(w.stop(timeout=10), [])
@@ -2138,9 +2137,9 @@ class AsyncTest(unittest.TestCase):
                 self.put("first.json", immediate())
                 await self.until(lambda: ran == ["first.json"])
                 self.put("second.json", immediate())
-                await self.until(lambda: len(w._channels["C1"].waiting) == 1)
+                await self.until(lambda: w._channels.waiting("C1") == 1)
                 (self.dir / "second.json").unlink()
-                await self.until(lambda: not w._channels["C1"].waiting)
+                await self.until(lambda: not w._channels.waiting("C1"))
                 release.set()
                 await self.until(lambda: not (self.dir / "first.json").exists())
             return read_history(history)
@@ -2234,7 +2233,7 @@ class HistoryTest(unittest.TestCase):
     def harness(self, **kwargs):
         h = Harness(self, history=None, **kwargs)
         self.path = h.dir / ".history.jsonl"
-        h.w._history = mom_events._History(self.path)
+        h.w._files.history = mom_events._History(self.path)
         return h
 
     def outcomes(self, name=None):
@@ -2281,7 +2280,7 @@ class HistoryTest(unittest.TestCase):
         h = self.harness(now=utc(2025, 1, 1, 9, 0, 30).timestamp())
         h.start()
         held = []
-        h.w._spawn = hold(held)
+        h.w._channels._spawn = hold(held)
         for i in range(6):
             h.write(f"q{i}.json", immediate(text=str(i)), mtime=time.time() + i)
         h.write("tick.json", periodic("* * * * *", "P"))
@@ -2298,7 +2297,7 @@ class HistoryTest(unittest.TestCase):
         h = self.harness()
         h.start()
         held = []
-        h.w._spawn = hold(held)
+        h.w._channels._spawn = hold(held)
         h.write("a.json", immediate(text="old"))
         h.tick(h.now + 0.1)
         h.write("a.json", immediate(text="newer"))
@@ -2341,7 +2340,7 @@ class HistoryTest(unittest.TestCase):
 
     def test_an_unwritable_history_is_logged_once_and_events_go_on(self):
         h = Harness(self)
-        h.w._history = mom_events._History(h.dir / "missing" / "h.jsonl")
+        h.w._files.history = mom_events._History(h.dir / "missing" / "h.jsonl")
         h.start()
         with self.assertLogs("mom_events", "ERROR") as logs:
             for i in range(3):
@@ -2874,7 +2873,7 @@ class CallbackFaultTest(unittest.TestCase):
         w = EventsWatcher(self.dir, lambda e: release.wait(60), poll_interval=0.02).start()
         self.put("a.json", immediate("stuck"))
         self.put("b.json", immediate("also-stuck"))
-        self.assertTrue(wait_for(lambda: all(w._channels.get(c) and w._channels[c].running
+        self.assertTrue(wait_for(lambda: all(w._channels.running(c)
                                              for c in ("stuck", "also-stuck"))))
         t0 = time.monotonic()
         self.assertEqual(w.stop(timeout=0.5), ["also-stuck", "stuck"])
@@ -2916,7 +2915,7 @@ class HeapTest(unittest.TestCase):
         for i in range(500):
             h.write("far.json", one_shot(h.now + 365 * 86400 + i, text=f"v{i}"))
             h.tick(h.now + 0.01)
-        self.assertLess(len(h.w._heap), 100)
+        self.assertLess(len(h.w._schedule._heap), 100)
         h.advance(366 * 86400)
         self.assertEqual(h.texts(), ["v499"])
 
@@ -2929,10 +2928,10 @@ class HeapTest(unittest.TestCase):
         h.write("far.json", one_shot(utc(2025, 1, 1, 9, 0, 59).timestamp(), text="v99"))
         h.tick(h.now + 0.01)
         for i in range(200):  # dead entries (of files long gone), due just after the periodic ones
-            heapq.heappush(h.w._heap, (utc(2025, 1, 1, 9, 1).timestamp() + 0.5, -i, "gone.json", 0, "fire"))
+            heapq.heappush(h.w._schedule._heap, (utc(2025, 1, 1, 9, 1).timestamp() + 0.5, -i, "gone.json", 0, "fire"))
         compactions = []
-        real = h.w._compact
-        h.w._compact = lambda: (compactions.append(len(h.w._heap)), real())
+        real = h.w._schedule._compact
+        h.w._schedule._compact = lambda: (compactions.append(len(h.w._schedule._heap)), real())
         h.advance(60 + 60)
         self.assertTrue(compactions)
         self.assertEqual(sorted(h.texts()), sorted([f"p{i}" for i in range(30)] * 2 + ["v99"]))
