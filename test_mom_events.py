@@ -687,6 +687,174 @@ class FuzzTest(unittest.TestCase):
 # ---------------------------------------------------------------------------
 
 
+class SchedulePartTest(unittest.TestCase):
+    """The schedule alone: no files, no threads, only ``now``."""
+
+    def test_pop_due_in_order_and_only_live_entries(self):
+        s = mom_events._Schedule()
+        for name in ("a", "b", "c"):
+            s.renew(name)
+        s.push("b", 20.0)
+        s.push("a", 10.0)
+        s.push("c", 30.0, "retry")
+        s.renew("b")  # cancelled: its entry is dead
+        self.assertEqual(s.scheduled(), 1)
+        self.assertEqual(s.due("a"), 10.0)
+        self.assertEqual(list(s.pop_due(25.0)), [(10.0, "a", "fire")])
+        self.assertIsNone(s.due("a"))
+        s.drop("c")
+        self.assertEqual(list(s.pop_due(100.0)), [])
+
+    def test_generations_are_unique_even_for_a_name_seen_again(self):
+        s = mom_events._Schedule()
+        first = s.renew("a")
+        s.push("a", 10.0)
+        s.drop("a")
+        second = s.renew("a")  # a new file under the old name
+        self.assertNotEqual(first, second)
+        self.assertEqual(list(s.pop_due(10.0)), [])
+
+    def test_random_operations_match_a_plain_model(self):
+        import random
+        rng = random.Random(3)
+        for _ in range(200):
+            s, model, now = mom_events._Schedule(), {}, 0.0  # model: name -> [(due, action)]
+            for _ in range(60):
+                name, op = rng.choice("abcde"), rng.random()
+                if op < 0.4:
+                    if name not in model:
+                        s.renew(name)
+                        model[name] = []
+                    due, action = now + rng.choice((0.5, 1, 2, 5)), rng.choice(("fire", "retry"))
+                    s.push(name, due, action)
+                    model[name].append((due, action))
+                elif op < 0.55 and name in model:
+                    s.renew(name)
+                    model[name] = []
+                elif op < 0.65:
+                    s.drop(name)
+                    model.pop(name, None)
+                else:
+                    now += rng.choice((0.5, 1, 3))
+                    expected = sorted((due, seq, n, action) for n, entries in model.items()
+                                      for seq, (due, action) in enumerate(entries) if due <= now)
+                    got = list(s.pop_due(now))
+                    self.assertEqual(sorted(got), sorted((due, n, action) for due, _, n, action in expected))
+                    for n in model:
+                        model[n] = [(due, action) for due, action in model[n] if due > now]
+                self.assertLessEqual(len(s._heap), 2 * len(model) + 64 + 1)
+
+
+class ScannerPartTest(unittest.TestCase):
+    """The scanner alone on a real directory: it returns what changed."""
+
+    def test_new_changed_gone_and_unusable(self):
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), 0.2)
+        (d / "b.json").write_text("{}")
+        os.utime(d / "b.json", (1000, 1000))
+        (d / "a.json").write_text("{}")
+        (d / "x.json.tmp").write_text("{}")
+        changes = scanner.scan(startup=True)
+        self.assertEqual([name for name, _ in changes.changed], ["b.json", "a.json"])  # oldest first
+        self.assertEqual((changes.deleted, changes.unusable), ([], []))
+        (d / "a.json").unlink()
+        os.mkfifo(d / "f.json")
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            changes = scanner.scan()
+        self.assertEqual((changes.changed, changes.deleted, changes.unusable), ([], ["a.json"], ["f.json"]))
+        self.assertEqual(logs.output, ["WARNING:mom_events:f.json: ignored: it is a FIFO, not a regular file"])
+        self.assertIsNone(scanner.scan())  # nothing new; no second warning
+
+    def test_a_forgotten_name_is_new_again_even_with_the_same_stat(self):
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), 0.2)
+        (d / "a.json").write_text("{}")
+        scanner.scan(startup=True)
+        self.assertIsNone(scanner.scan())
+        scanner.forget("a.json")  # as a worker does after deleting it
+        self.assertEqual([name for name, _ in scanner.scan().changed], ["a.json"])
+
+    def test_content_read_too_soon_is_compared_again(self):
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), 0.2)
+        (d / "a.json").write_text("AAAA")
+        (sig_name, sig), = scanner.scan(startup=True).changed
+        scanner.note_read("a.json", mom_events._digest(b"AAAA"), time.time_ns())
+        before = os.stat(d / "a.json")
+        (d / "a.json").write_text("BBBB")
+        os.utime(d / "a.json", ns=(before.st_atime_ns, before.st_mtime_ns))  # the same stat as far as mtime goes
+        changes = scanner.scan()
+        self.assertIn("a.json", [name for name, _ in changes.changed])
+
+
+class ChannelsPartTest(unittest.TestCase):
+    """The channels alone, run by hand, against a plain model of the queues."""
+
+    def channels(self, perform):
+        workers = []
+        c = mom_events._Channels(perform, 5, lambda: None)
+        c._spawn, c._linger = hold(workers), 0
+        return c, workers
+
+    def test_random_operations_match_a_plain_model(self):
+        """Each job starts at the head of its channel's queue, alone on its
+        channel; at most five wait; a withdrawn job never runs."""
+        import random
+        rng = random.Random(5)
+        for _ in range(150):
+            model, jobs, problems = {}, [], []  # model: channel -> labels waiting, in order
+
+            def put(channel):
+                job = mom_events._Job(channel, due=len(jobs))
+                jobs.append(job)
+                waiting = model.setdefault(channel, [])
+                if c.put(job) != (len(waiting) < 5):
+                    problems.append(f"put to {channel} with {len(waiting)} waiting")
+                elif len(waiting) < 5:
+                    waiting.append(job.due)
+
+            def perform(job):
+                waiting = model.get(job.channel, [])
+                if not waiting or waiting[0] != job.due:
+                    problems.append(f"job {job.due} started, but {waiting} were waiting on {job.channel}")
+                else:
+                    waiting.pop(0)
+                if c.submit(job.channel, lambda: None):
+                    problems.append(f"submit accepted while {job.channel} runs")
+                if rng.random() < 0.3:  # a job that queues another while it runs
+                    put(rng.choice("AB"))
+
+            c, workers = self.channels(perform)
+            for _ in range(40):
+                op = rng.random()
+                if op < 0.5:
+                    put(rng.choice("ABC"))
+                elif op < 0.7 and jobs:
+                    job = rng.choice(jobs)
+                    waiting = model.get(job.channel, [])
+                    if c.withdraw(job) != (job.due in waiting):
+                        problems.append(f"withdraw of {job.due} disagrees with {waiting}")
+                    elif job.due in waiting:
+                        waiting.remove(job.due)
+                else:  # the workers run until nothing is ready
+                    while workers:
+                        workers.pop(0)()
+                    self.assertEqual({ch: w for ch, w in model.items() if w}, {})
+                self.assertEqual(problems, [])
+                for ch in "ABC":
+                    self.assertEqual(c.waiting(ch), len(model.get(ch, [])))
+
+    def test_submit_is_refused_while_anything_waits_and_after_close(self):
+        c, workers = self.channels(lambda job: None)
+        c.put(mom_events._Job("A"))
+        self.assertFalse(c.submit("A", lambda: None))
+        self.assertTrue(c.submit("B", lambda: None))
+        c.close()
+        self.assertFalse(c.submit("C", lambda: None))
+        self.assertEqual(c.waiting("A"), 0)
+
+
 class StartupTest(unittest.TestCase):
     def test_creates_a_missing_directory(self):
         h = Harness(self)
