@@ -65,17 +65,26 @@ MAX_FILE_BYTES = 1024 * 1024
 _TICK_NS = 2_000_000_000
 _FINE_TICK_NS = 50_000_000
 
-# The sweep that stats every known file for in-place rewrites (the directory's
-# mtime does not change for those) may use this share of one core; it paces
-# itself to it, whatever the directory's size.  It runs every few ticks in
-# batches, since a stat costs twice as much on a cold cache.
-_SWEEP_SHARE = 0.003
+# The sweep stats every known file in turn for in-place rewrites (the
+# directory's mtime does not change for those), in a batch every _SWEEP_EVERY.
+# A pass over all of them takes one batch while that costs at most
+# _SWEEP_SHARE of a core, and stretches to keep to that share, but to no more
+# than _SWEEP_PERIOD, unless keeping to that would cost more than
+# _SWEEP_MAX_SHARE: then it stretches to keep to that share instead.
 _SWEEP_EVERY = 0.2  # seconds
+_SWEEP_SHARE = 0.002
+_SWEEP_PERIOD = 0.9  # seconds: a rewrite of one of 1,000 files is seen within a second
+_SWEEP_MAX_SHARE = 0.004
 
 # The scan's fast path: skip the listing while the directory's mtime says
 # nothing was created, deleted or renamed.  Off, every tick stats every file
 # (the naive poller that the benchmark compares against).
 _FAST_SCAN = True
+
+# The scheduler sleeps (the cheapest wait there is: a timed wait on a lock
+# costs half as much again) at most this long at a time, so that stop() is
+# noticed that soon whatever the poll interval.
+_NAP = 0.25
 
 # Precision: the scheduler wakes this long before a firing, makes sure a worker
 # thread is waiting for it, and spins the rest (a timed wait wakes ~0.3 ms late
@@ -88,6 +97,9 @@ _LEAD = 0.001
 # the GIL, more threads would only make them slower).
 _LINGER = 2.0
 _SPAWN_AFTER = 0.02
+
+# Due entries are handled this many at a time, the lock let go in between.
+_BATCH = 64
 
 # Parse failures are retried after these delays: the writer may be mid-write.
 _RETRY_DELAYS = (0.1, 0.2, 0.4)
@@ -627,12 +639,13 @@ def _relisted(old: dict[str, int], new: dict[str, int], stat_all: bool) -> list[
     return changed + [name for name in old if name not in new]
 
 
-def _sweep_batch(known: int, stat_cost: float, interval: float, share: float = _SWEEP_SHARE) -> int:
-    """How many files to stat this tick so that a whole sweep costs at most
-    ``share`` of a core, and never takes less than one tick."""
+def _sweep_batch(known: int, stat_cost: float, interval: float) -> int:
+    """How many files to stat in a batch every ``interval`` for the pace
+    described at _SWEEP_SHARE."""
     if known == 0:
         return 0
-    period = max(interval, known * stat_cost / share)
+    cost = known * stat_cost  # of a whole pass
+    period = max(interval, min(_SWEEP_PERIOD, cost / _SWEEP_SHARE), cost / _SWEEP_MAX_SHARE)
     return min(known, math.ceil(known * interval / period))
 
 
@@ -770,6 +783,8 @@ class _Scanner:
         self._forgotten: deque[str] = deque()   # names to see as new (appended by any thread)
         self._trouble: Optional[str] = None
         self._lock: Optional[_DirectoryLock] = None
+        self._dir_fd: Optional[int] = None
+        self._dir_fd_id: Optional[tuple] = None
 
     def lock(self) -> None:
         """Make the directory if missing and take its lock; EventError names
@@ -778,8 +793,22 @@ class _Scanner:
         self._lock = _DirectoryLock(self.directory)
 
     def release(self) -> None:
+        """Let go of the lock and the directory descriptor."""
         if self._lock is not None:
             self._lock.release()
+        self._close_dir()
+
+    def _open_dir(self) -> None:
+        """A descriptor of the directory, for the sweep's stats: a name is
+        looked up in it alone, not along the whole path."""
+        self._close_dir()
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._dir_fd, self._dir_fd_id = fd, _directory_id(os.fstat(fd))
+
+    def _close_dir(self) -> None:
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = self._dir_fd_id = None
 
     def forget(self, name: str) -> None:
         """Whatever has this name next is new, even a file that got the old
@@ -838,6 +867,8 @@ class _Scanner:
             raise NotADirectoryError(self.directory)
         if not self._relock(dir_st):
             return None
+        if self._dir_fd_id != _directory_id(dir_st):
+            self._open_dir()
         prefix = self._prefix
         key = (dir_st.st_dev, dir_st.st_ino, dir_st.st_mtime_ns)
         seen: dict[str, Optional[_Entry]] = {}
@@ -863,7 +894,7 @@ class _Scanner:
         count = _sweep_batch(len(names), self._stat_cost, self._sweep_interval)
         if not count:
             return
-        snapshot, at = self._snapshot, self._sweep_at
+        snapshot, at, fd = self._snapshot, self._sweep_at, self._dir_fd
         started = time.perf_counter()
         for _ in range(count):
             if at >= len(names):
@@ -873,11 +904,11 @@ class _Scanner:
             if name in seen:
                 continue
             old = snapshot.get(name)
-            if old is not None and old.sig is not None:  # the common case, kept lean
-                try:
-                    if _signature(os.stat(prefix + name)) == old.sig:
+            if old is not None and old.sig is not None:  # the common case, kept lean:
+                try:                                     # any write changes the ctime
+                    if os.stat(name, dir_fd=fd).st_ctime_ns == old.sig[4]:
                         continue
-                except OSError:
+                except (OSError, TypeError):  # TypeError: no descriptor
                     pass
             entry = _stat_entry(prefix + name)
             if entry != old:
@@ -1208,6 +1239,8 @@ class _Channels:
 
     def staff(self) -> Optional[float]:
         """``_staff`` for the scheduler's tick: when to look again, if needed."""
+        if not self._ready:  # the idle tick takes no lock
+            return None
         with self._lock:
             return self._staff()
 
@@ -1506,16 +1539,25 @@ class _Files:
                 self._guarded(name, self._changed, name, sig, now, startup)
 
     def run_due(self, now: float) -> None:
-        """Fire (or read again) what is due at ``now``."""
-        with self.lock:
-            for due, name, action in self.schedule.pop_due(now):
-                f = self._known.get(name)
-                if f is None:
-                    continue
-                if action == "retry":
-                    self._guarded(name, self._load, f, now)
+        """Fire (or read again) what is due at ``now``, in batches: between
+        them the lock is let go (and the GIL offered), so that in a burst of
+        thousands the workers can finish and delete what already ran."""
+        due = self.schedule.pop_due(now)
+        while True:
+            with self.lock:
+                for count, (at, name, action) in enumerate(due, 1):
+                    f = self._known.get(name)
+                    if f is None:
+                        continue
+                    if action == "retry":
+                        self._guarded(name, self._load, f, now)
+                    else:
+                        self._guarded(name, self._fire, f, at, now)
+                    if count == _BATCH:
+                        break
                 else:
-                    self._guarded(name, self._fire, f, due, now)
+                    return
+            time.sleep(0)
 
     def _changed(self, name: str, sig: tuple, now: float, startup: bool = False) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
@@ -1675,8 +1717,9 @@ class _Files:
         """A worker runs one occurrence: the handler (on_error if it raised),
         its history lines, and the deletion of its file."""
         event = job.event
-        with self.lock:  # after the line that queued it
-            self._record("started", event.filename, event, dueAt=job.due)
+        if self.history is not None:
+            with self.lock:  # after the line that queued it
+                self._record("started", event.filename, event, dueAt=job.due)
         started = time.time()
         finished, error = self._execute(job)
         self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
@@ -1785,8 +1828,6 @@ class EventsWatcher:
                              handler, on_error or _log_error, max_queued, misfire_grace)
         self._schedule = self._files.schedule
         self._lock = self._files.lock
-        self._wakeup = threading.Lock()       # released to wake the scheduler early
-        self._wakeup.acquire()
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
 
@@ -1888,9 +1929,9 @@ class EventsWatcher:
                 if mono >= next_poll:
                     self._poll(now)
                     next_poll = mono + self._poll_interval
+                self._schedule.notice_clock_step(now, mono)
+                self._files.run_due(now)
                 with self._lock:
-                    self._schedule.notice_clock_step(now, mono)
-                    self._files.run_due(now)
                     timeout = next_poll - mono
                     staff_at = self._channels.staff()
                     if staff_at is not None:
@@ -1907,7 +1948,7 @@ class EventsWatcher:
             except Exception:  # a bug must not silence every event for good
                 log.exception("internal error in the scheduler; carrying on")
             if timeout > 0:
-                self._wakeup.acquire(timeout=timeout)
+                time.sleep(min(timeout, _NAP))
 
     def _poll(self, now: float, startup: bool = False) -> None:
         """Scan (without the lock) and act on what changed."""
@@ -1922,10 +1963,6 @@ class EventsWatcher:
     def _stop_scheduling(self) -> None:
         self._stopping = True
         self._channels.close()
-        try:
-            self._wakeup.release()
-        except RuntimeError:
-            pass  # already woken
 
     def _halt(self, reason: str) -> None:
         """Stop for good from inside: the harness can no longer do its job."""

@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import itertools
 import json
+import math
 import os
 import signal
 import socket
@@ -1074,15 +1075,23 @@ class ScanTest(unittest.TestCase):
         h.advance(60)
         self.assertEqual(h.texts(), ["new, longer"])
 
-    def test_the_sweep_keeps_to_its_share_of_a_core(self):
+    def test_the_sweep_keeps_its_pace(self):
         batch = mom_events._sweep_batch
         self.assertEqual(batch(0, 4e-6, 0.2), 0)
         self.assertEqual(batch(10, 4e-6, 0.2), 10)  # small: everything, every time
-        for known in (1_000, 10_000, 100_000):
-            count = batch(known, 4e-6, 0.2, share=0.003)
-            self.assertLessEqual(count * 4e-6 / 0.2, 0.003 * 1.01)  # cost per second
-            self.assertGreater(count, 0)
-        self.assertLess(batch(1_000, 40e-6, 0.2), batch(1_000, 4e-6, 0.2))  # a slow disk sweeps slower
+        for known in (1, 10, 100, 1_000, 3_000, 10_000, 100_000):
+            for cost in (1e-6, 2.5e-6, 5e-6, 40e-6):
+                count = batch(known, cost, 0.2)
+                with self.subTest(known=known, cost=cost):
+                    self.assertGreater(count, 0)
+                    share = count * cost / 0.2  # of a core
+                    period = 0.2 * math.ceil(known / count)  # a whole pass
+                    self.assertLessEqual(share, max(mom_events._SWEEP_MAX_SHARE, 10 * cost / 0.2) * 1.01)
+                    if known * cost / mom_events._SWEEP_PERIOD <= mom_events._SWEEP_MAX_SHARE:
+                        self.assertLessEqual(period, mom_events._SWEEP_PERIOD + 0.2)  # a second, at 1,000 files
+                    if known * cost / 0.2 > mom_events._SWEEP_SHARE and period > mom_events._SWEEP_PERIOD + 0.2:
+                        self.assertGreater(share, mom_events._SWEEP_MAX_SHARE * 0.9)  # stretched only when it must
+        self.assertLess(batch(10_000, 40e-6, 0.2), batch(10_000, 4e-6, 0.2))  # a slow disk sweeps slower
 
     def test_relisted_names(self):
         old = {"a.json": 1, "b.json": 2, "c.json": 3}
