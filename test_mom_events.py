@@ -2666,7 +2666,10 @@ class RecipeTest(unittest.TestCase):
                 await test.until(lambda: "agent: slow" in said)
                 await test.until(lambda: any("failed" in text for _, text in posts))
 
-        async def run_agent(channel, text):
+        prompts = []
+
+        async def run_agent(channel, text, system):
+            prompts.append(system)
             if "explode" in text:
                 raise RuntimeError("agent crashed")
             await agent_gate.wait()
@@ -2687,6 +2690,7 @@ class RecipeTest(unittest.TestCase):
         self.assertIn(("C1", "_Starting event: hook.json_"), posts)
         self.assertIn(("C2", "_Event boom.json failed: agent crashed_"), posts)
         self.assertEqual(said, ["Already working", "agent: slow"])
+        self.assertTrue(prompts and all("## Scheduled events" in prompt for prompt in prompts))
         self.assertFalse((self.dir / "events" / "hook.json").exists())
 
     async def until(self, predicate, timeout=10.0):
