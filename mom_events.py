@@ -86,6 +86,12 @@ _FAST_SCAN = True
 # noticed that soon whatever the poll interval.
 _NAP = 0.25
 
+# A standby tries the directory's lock this often; when it takes over, a
+# one-shot that fell due at most _TAKEOVER_GRACE ago (while no harness held
+# the directory) still runs, late.
+_STANDBY_TRY = 0.2
+_TAKEOVER_GRACE = 5.0
+
 # Precision: the scheduler wakes this long before a firing, makes sure a worker
 # thread is waiting for it, and spins the rest (a timed wait wakes ~0.3 ms late
 # on a virtual machine, and starting a thread costs as much again).
@@ -1520,13 +1526,13 @@ class _Files:
         self.schedule = _Schedule()
         self.history = history
         self.started_at: Optional[float] = None
+        self.misfire_grace = misfire_grace
         self._known: dict[str, _File] = {}
         self._scanner = scanner
         self._channels = channels
         self._handler = handler
         self._on_error = on_error
         self._max_queued = max_queued
-        self._misfire_grace = misfire_grace
 
     def apply(self, changes: _Changes, now: float, startup: bool = False) -> None:
         """Act on what a scan found, each file on its own."""
@@ -1654,7 +1660,7 @@ class _Files:
                 self._enqueue(f, None)
         elif event.type == "one-shot":
             due = _parse_at(event.at, f.name).timestamp()
-            if due <= now and f.at_startup and self._misfire_grace > 0 and now - due <= self._misfire_grace:
+            if due <= now and f.at_startup and self.misfire_grace > 0 and now - due <= self.misfire_grace:
                 log.info("%s: one-shot was due at %s, %.0f s before start-up; running it late (misfire grace)",
                          f.name, event.at, now - due)
                 f.event = replace(event, late=now - due)
@@ -1795,8 +1801,9 @@ class EventsWatcher:
     Either may be a coroutine function: it then runs on ``loop`` (default: the
     loop running when ``start()`` is called) while the channel waits for it.
     ``history`` is a file that gets one JSON line per outcome.  ``on_halt``
-    is called with the reason if the watcher stops by itself.  ``clock``
-    returns the wall-clock time as a POSIX timestamp.
+    is called with the reason if the watcher stops by itself.  ``standby``:
+    when another harness holds the directory, wait and take over when it
+    exits.  ``clock`` returns the wall-clock time as a POSIX timestamp.
     """
 
     def __init__(self, events_dir, handler: Callable[[Event], object],
@@ -1804,7 +1811,7 @@ class EventsWatcher:
                  poll_interval: float = 0.04, max_queued: int = 5,
                  clock: Callable[[], float] = time.time,
                  loop: Optional[asyncio.AbstractEventLoop] = None, history=None, misfire_grace: float = 0,
-                 on_halt: Optional[Callable[[str], object]] = None):
+                 on_halt: Optional[Callable[[str], object]] = None, standby: bool = False):
         if not callable(handler):
             raise TypeError("handler must be callable")
         if on_error is not None and not callable(on_error):
@@ -1830,6 +1837,8 @@ class EventsWatcher:
         self._lock = self._files.lock
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
+        self._standby = standby
+        self.active = False  # holds the directory and schedules its events
 
     # -- public API ---------------------------------------------------------
 
@@ -1848,11 +1857,19 @@ class EventsWatcher:
                     raise TypeError("a coroutine handler or on_error needs an event loop: call start() "
                                     "inside one (or use 'async with'), or pass loop=") from None
         with self._lock:
-            if self._files.started_at is not None:
+            if self._thread is not None:
                 raise RuntimeError("an EventsWatcher can be started only once")
-            self._scanner.lock()
-            self._startup(self._clock())
-            self._thread = threading.Thread(target=self._run, name="mom_events-scheduler", daemon=True)
+            try:
+                self._scanner.lock()
+            except EventError as exc:
+                if not self._standby:
+                    raise
+                log.warning("%s; standing by to take over when it exits", exc)
+                target = self._stand_by
+            else:
+                self._startup(self._clock())
+                target = self._run
+            self._thread = threading.Thread(target=target, name="mom_events-scheduler", daemon=True)
             self._thread.start()
         return self
 
@@ -1875,7 +1892,8 @@ class EventsWatcher:
         channels still running then (their files are deleted if they finish)."""
         with self._lock:
             self._stop_scheduling()
-        if self._thread is not None and self._thread is not threading.current_thread():
+            active = self.active  # a standby that never took over leaves at its next try, by itself
+        if active and self._thread is not threading.current_thread():
             self._thread.join()
         busy = self._channels.wait(timeout)
         with self._lock:
@@ -1908,10 +1926,36 @@ class EventsWatcher:
 
     # -- the scheduler thread -----------------------------------------------
 
-    def _startup(self, now: float) -> None:
-        self._files.started_at = now
+    def _startup(self, now: float, stale_before: Optional[float] = None) -> None:
+        """The start-up scan.  An immediate file older than ``stale_before``
+        (default: now) was written while no harness ran: it is stale."""
+        self.active = True
+        self._files.started_at = now if stale_before is None else stale_before
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now, startup=True)
+
+    def _stand_by(self) -> None:
+        """Another harness holds the directory: try its lock a few times a
+        second, and take over once that harness has gone, however it went.
+        The takeover is a start-up, except that what was written since the
+        standby began waiting is not stale, and a one-shot that fell due in
+        the moments no harness held the directory runs late."""
+        waiting_since = self._clock()
+        while True:
+            time.sleep(_STANDBY_TRY)
+            with self._lock:
+                if self._stopping:
+                    return
+                try:
+                    self._scanner.lock()
+                except (EventError, OSError):
+                    continue
+                self._files.misfire_grace = max(self._files.misfire_grace, _TAKEOVER_GRACE)
+                self._startup(self._clock(), stale_before=waiting_since)
+                log.warning("took over %s: the harness that held it has gone (%d events scheduled)",
+                            self.events_dir, self._schedule.scheduled())
+            self._run()
+            return
 
     def _run(self) -> None:
         """Poll every interval; between polls sleep until the next due time,
@@ -2447,6 +2491,9 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
                         metavar="SECONDS",
                         help="a one-shot that fell due at most this long before start-up still runs, late, "
                              "instead of being deleted (default: 0)")
+    parser.add_argument("--standby", action="store_true",
+                        help="when another harness watches DIR, wait and take over when it exits "
+                             "(instead of exiting with status 2)")
     parser.add_argument("--history", metavar="PATH",
                         help="append one JSON line per outcome to PATH (e.g. DIR/.history.jsonl); with --check, "
                              "show each file's last outcome; with --prompt, tell the agent where it is")
@@ -2511,7 +2558,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history,
                             misfire_grace=args.misfire_grace,
-                            on_halt=lambda reason: (halted.append(reason), stop.set()))
+                            on_halt=lambda reason: (halted.append(reason), stop.set()), standby=args.standby)
     try:
         watcher.start()
     except EventError as exc:
@@ -2520,7 +2567,8 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         log.error("cannot watch %s: %s", args.dir, exc.strerror or exc)
         return 2
-    log.info("watching %s (%d events scheduled)", os.path.abspath(args.dir), watcher.scheduled_count())
+    if watcher.active:
+        log.info("watching %s (%d events scheduled)", os.path.abspath(args.dir), watcher.scheduled_count())
     stop.wait()
     if halted:
         watcher.stop(timeout=args.grace)

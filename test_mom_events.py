@@ -2177,6 +2177,69 @@ class LockTest(CliCase):
         self.assertTrue((self.events / "hook.json").exists())
 
 
+class StandbyTest(CliCase):
+    """Two replicas, one harness: a standby takes over when the active one dies."""
+
+    def test_the_standby_takes_over_within_a_second_of_sigkill_and_loses_nothing(self):
+        future = datetime.fromtimestamp(time.time() + 30, timezone.utc).isoformat()
+        self.put("later.json", one_shot(future, text="later"))  # neither has run it yet
+        self.put("tick.json", periodic("0 0 1 1 *", text="yearly"))
+        active = self.serve()
+        standby = Cli(self, self.events, "--poll", "0.05", "--standby")
+        standby.wait_err("standing by")
+        self.assertIn(str(active.proc.pid), next(line for line in standby.err if "standing by" in line))
+        self.put("before.json", immediate(text="before"))
+        self.assertTrue(wait_for(lambda: any("before" in line for line in active.out)))
+        self.assertTrue(wait_for(lambda: not (self.events / "before.json").exists()))
+
+        active.proc.kill()
+        killed = time.monotonic()
+        active.finish()
+        # written and due while no harness holds the directory
+        self.put("during.json", immediate(text="during"))
+        self.put("due.json", one_shot(datetime.fromtimestamp(time.time() - 0.5, timezone.utc).isoformat(),
+                                      text="due"))
+        standby.wait_err("took over")
+        self.assertLess(time.monotonic() - killed, 1.0)
+        self.assertTrue(wait_for(lambda: sum("during" in l for l in standby.out) == 1
+                                 and sum("] (late by" in l and "due" in l for l in standby.out) == 1, 5))
+        time.sleep(0.3)
+        lines = standby.out
+        self.assertFalse(any("before" in line for line in lines), lines)  # what ran does not run again
+        self.assertFalse(any("yearly" in line for line in lines), lines)  # periodic: its next occurrence
+        self.assertEqual(len(lines), 2, lines)
+        self.assertTrue((self.events / "later.json").exists())  # still scheduled, on the standby now
+        self.assertEqual([p.name for p in self.events.glob("during.json")], [])
+
+    def test_without_standby_a_second_harness_still_exits_2(self):
+        self.serve()
+        second = self.run_cli(self.events)
+        self.assertEqual(second.returncode, 2)
+
+    def test_stop_of_a_waiting_standby_returns_at_once_and_exactly_one_of_several_takes_over(self):
+        fired = []
+        active = EventsWatcher(self.events, fired.append).start()
+        standbys = [EventsWatcher(self.events, fired.append, standby=True) for _ in range(3)]
+        logs = self.enterContext(self.assertLogs("mom_events", "WARNING"))
+        t0 = time.monotonic()
+        for w in standbys:
+            w.start()
+        self.assertLess(time.monotonic() - t0, 0.5)
+        self.assertFalse(any(w.active for w in standbys))
+        t0 = time.monotonic()
+        self.assertEqual(standbys[0].stop(), [])
+        self.assertLess(time.monotonic() - t0, 0.1)
+        active.stop()
+        self.assertTrue(wait_for(lambda: any(w.active for w in standbys[1:]), 2))
+        time.sleep(2 * mom_events._STANDBY_TRY + 0.1)
+        self.assertEqual(sum(w.active for w in standbys), 1)
+        self.assertFalse(standbys[0].active)  # stopped: it never takes over
+        for w in standbys[1:]:
+            w.stop()
+        self.assertEqual(sum("standing by" in line for line in logs.output), 3)
+        self.assertEqual(sum("took over" in line for line in logs.output), 1)
+
+
 class ShutdownTest(CliCase):
     def test_running_commands_finish_their_files_go_queued_files_stay(self):
         cli = self.serve("--exec", "sleep 0.5")
