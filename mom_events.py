@@ -14,8 +14,10 @@ once at ``at``) and ``periodic`` (a cron schedule in an IANA timezone).  Each
 channel runs one event at a time with at most ``max_queued`` waiting.
 
 The module reads top to bottom: data model and parsing, schedule arithmetic,
-directory scanning, the directory lock, the history, the watcher (scheduler,
-channel queues and worker pool), the agent's manual, the CLI.  Only croniter
+directory scanning (the scanner and the directory's lock), the schedule (a
+heap of due times), the channels (queues, worker pool, coroutine bridge), the
+history, the files (what each one becomes) and the watcher that joins them,
+the agent's manual, the CLI.  Only croniter
 is needed beyond the standard library, and only for periodic events; it is
 imported when the first periodic event is parsed.
 """
