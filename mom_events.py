@@ -873,9 +873,10 @@ class _Scanner:
         dir_st = os.stat(self.directory)
         if not stat.S_ISDIR(dir_st.st_mode):
             raise NotADirectoryError(self.directory)
-        if not self._relock(dir_st):
+        dir_id = _directory_id(dir_st)
+        if not self._relock(dir_id):
             return None
-        if self._dir_fd_id != _directory_id(dir_st):
+        if self._dir_fd_id != dir_id:
             self._open_dir()
         prefix = self._prefix
         key = (dir_st.st_dev, dir_st.st_ino, dir_st.st_mtime_ns)
@@ -965,10 +966,10 @@ class _Scanner:
             elif not _is_racy(read_ns, entry.mtime_ns):
                 del self._fresh[name]
 
-    def _relock(self, dir_st: os.stat_result) -> bool:
+    def _relock(self, dir_id: tuple) -> bool:
         """A directory deleted and made again is a new directory: take its lock
         before handling any file in it.  False: do not look at it now."""
-        if self._lock is None or _directory_id(dir_st) == self._lock.directory_id:
+        if self._lock is None or dir_id == self._lock.directory_id:
             return True
         try:
             lock = _DirectoryLock(self.directory)  # EventError: another harness has it
@@ -1895,7 +1896,7 @@ class EventsWatcher:
         with self._lock:
             self._stop_scheduling()
             active = self.active  # a standby that never took over leaves at its next try, by itself
-        if active and self._thread is not threading.current_thread():
+        if active and self._thread not in (None, threading.current_thread()):
             self._thread.join()
         busy = self._channels.wait(timeout)
         with self._lock:
