@@ -146,16 +146,32 @@ class Event:
     at: Optional[str] = None
     schedule: Optional[str] = None
     timezone: Optional[str] = None
-    late: Optional[float] = None  # seconds: a one-shot run late under misfire_grace
+    late: Optional[float] = None  # seconds: a one-shot that ran after its time
 
     @property
     def message(self) -> str:
         """What the agent is woken with: ``[EVENT:file:type:when] text``."""
-        when = self.at if self.type == "one-shot" else self.schedule
+        when = _when(self)
         tag = f"{self.filename}:{self.type}" + (f":{when}" if when is not None else "")
         if self.late is not None:
-            return f"[EVENT:{tag}] (late by {self.late:.0f} s: the harness was not running when it was due) {self.text}"
+            return f"[EVENT:{tag}] (late by {_span(self.late)}) {self.text}"
         return f"[EVENT:{tag}] {self.text}"
+
+
+def _when(event: Event) -> Optional[str]:
+    """A one-shot's ``at`` or a periodic event's schedule, as written."""
+    return event.at if event.type == "one-shot" else event.schedule if event.type == "periodic" else None
+
+
+def _span(seconds: float) -> str:
+    """A duration as a person says it: ``14 s``, ``3 minutes``, ``342 days``."""
+    if seconds < 1:
+        return "less than a second"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count > 1 else ''}"
+    return f"{int(seconds)} s"
 
 
 def _clip(text: str, limit: int = 40) -> str:
@@ -262,6 +278,40 @@ def parse_event(data: str | bytes, filename: str) -> Event:
     except _CronError as exc:
         raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
     return Event(filename, kind, channel_id, text, schedule=schedule, timezone=tz_name)
+
+
+def _past_reason(at: str, due: float, now: float) -> str:
+    """Why a one-shot written after its time is rejected, with the time now
+    at the same offset: a wrong year or a UTC time written with a local offset
+    shows at a glance."""
+    here = datetime.fromisoformat(at).tzinfo
+    return (f'"at" {_clip(at)} is {_span(now - due)} in the past '
+            f"(it is now {datetime.fromtimestamp(now, here).isoformat(timespec='seconds')})")
+
+
+_WRITTEN = ("channelId", "at", "schedule", "timezone")
+
+
+def _as_written(data: str | bytes) -> dict[str, str]:
+    """What a file that failed validation says of itself, as far as it can
+    be read: its string fields among ``_WRITTEN``, to tell the agent."""
+    try:
+        obj = _decode_json(data, None)
+    except EventError:
+        return {}
+    if not isinstance(obj, dict):
+        return {}
+    return {key: obj[key] for key in _WRITTEN if isinstance(obj.get(key), str)}
+
+
+def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: str) -> Optional[Event]:
+    """The event that tells the agent, on the channel its file names, that
+    the file was rejected, why, and what became of it; None without one."""
+    channel = written.get("channelId", "")
+    if not channel.strip():
+        return None
+    return Event(filename, "rejected", channel, f"{reason.rstrip('.')}. {fate}",
+                 at=written.get("at"), schedule=written.get("schedule"), timezone=written.get("timezone"))
 
 
 # ---------------------------------------------------------------------------
@@ -1473,7 +1523,8 @@ class _History:
 
 
 def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict]:
-    """Each file's last history entry, from the last ``limit`` bytes."""
+    """Each file's last history entry, from the last ``limit`` bytes; the
+    lines of a ``rejected`` notice's run are not its file's outcome."""
     last: dict[str, dict] = {}
     with open(path, "rb") as file:
         file.seek(0, os.SEEK_END)
@@ -1484,7 +1535,8 @@ def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict]:
         for line in file:
             try:
                 entry = json.loads(line)
-                last[entry["filename"]] = entry
+                if entry["type"] != "rejected":
+                    last[entry["filename"]] = entry
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut short, or not ours
     return last
@@ -1523,7 +1575,8 @@ class _Files:
     schedule's are guarded by ``lock``; ``perform`` runs on a worker thread."""
 
     def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: Optional[_History],
-                 handler: Callable, on_error: Callable, max_queued: int, misfire_grace: float):
+                 handler: Callable, on_error: Callable, max_queued: int, misfire_grace: float,
+                 notify_rejected: bool):
         self.directory = directory
         self.lock = threading.RLock()
         self.schedule = _Schedule()
@@ -1536,6 +1589,7 @@ class _Files:
         self._handler = handler
         self._on_error = on_error
         self._max_queued = max_queued
+        self._notify_rejected = notify_rejected
 
     def apply(self, changes: _Changes, now: float, startup: bool = False) -> None:
         """Act on what a scan found, each file on its own."""
@@ -1607,12 +1661,12 @@ class _Files:
             return
         except EventError as exc:
             f.event = None
-            self._retry_later(f, now, exc)
+            self._retry_later(f, now, exc, data)
             return
         f.attempts = 0
         self._plan(f, now)
 
-    def _retry_later(self, f: _File, now: float, exc: EventError) -> None:
+    def _retry_later(self, f: _File, now: float, exc: EventError, data: bytes) -> None:
         """The writer may be mid-write: retry after 100, 200 and 400 ms."""
         if f.attempts < len(_RETRY_DELAYS):
             delay = _RETRY_DELAYS[f.attempts]
@@ -1620,13 +1674,41 @@ class _Files:
             log.debug("%s; retrying in %d ms", exc, delay * 1000)
             self.schedule.push(f.name, now + delay, "retry")
             return
-        self._invalid(f, exc.reason)
+        self._invalid(f, exc.reason, data)
 
-    def _invalid(self, f: _File, reason: str) -> None:
-        """Give up on the file: it is not an event the harness can run."""
-        log.error("%s: %s; deleting the file", f.name, reason)
+    def _invalid(self, f: _File, reason: str, data: Optional[bytes] = None) -> None:
+        """Give up on the file: it is not an event the harness can run.  It is
+        kept, unchanged, as NAME.json.rejected for the agent to fix and move
+        back (deleted if it cannot be renamed), and the agent is told on the
+        channel the file names.  ``data``: its content, when just read."""
+        self._cancel(f)
+        path = os.path.join(self.directory, f.name)
+        try:
+            if _signature(os.stat(path)) != f.sig:
+                return  # written again since it was judged: the next scan reads it anew
+            if data is None:
+                data = _read_file(path)
+        except (OSError, _NotRegular):
+            return  # gone or replaced: the next scan tells
+        rejected = f.name + ".rejected"
+        try:
+            os.replace(path, os.path.join(self.directory, rejected))
+        except OSError as exc:
+            log.error("%s: %s; cannot rename it to %s (%s), so deleting it",
+                      f.name, reason, rejected, exc.strerror or exc)
+            fate = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
+            if not self._delete(f):
+                fate = None  # _delete said why; it never runs in this process
+        else:
+            log.error("%s: %s; renamed to %s", f.name, reason, rejected)
+            fate = f"The file is now {rejected}: fix it and move it back to {f.name}."
+            self._forget(f.name)
+            self._scanner.forget(f.name)  # a file written again under this name is new
         self._record("invalid", f.name, detail=reason)
-        self._delete(f)
+        if fate is not None and self._notify_rejected:
+            event = _rejected_event(f.name, reason, _as_written(data), fate)
+            if event is not None:
+                self._put(_Job(event.channel_id, event=event))
 
     def _guarded(self, name: str, step: Callable, *args) -> None:
         """One file's step.  An unexpected error in it is that file's alone:
@@ -1663,17 +1745,26 @@ class _Files:
                 self._enqueue(f, None)
         elif event.type == "one-shot":
             due = _parse_at(event.at, f.name).timestamp()
-            if due <= now and f.at_startup and self.misfire_grace > 0 and now - due <= self.misfire_grace:
+            if due > now:
+                self.schedule.push(f.name, due)
+            elif not f.at_startup:
+                # Judged by when it was written, not by when a poll saw it.
+                if f.sig[3] < due * 1e9:
+                    log.info("%s: written before its time %s but seen after it; running it now, late",
+                             f.name, event.at)
+                    f.event = replace(event, late=now - due)
+                    self._enqueue(f, due)
+                else:
+                    self._invalid(f, _past_reason(event.at, due, now))
+            elif self.misfire_grace > 0 and now - due <= self.misfire_grace:
                 log.info("%s: one-shot was due at %s, %.0f s before start-up; running it late (misfire grace)",
                          f.name, event.at, now - due)
                 f.event = replace(event, late=now - due)
                 self._enqueue(f, due)
-            elif due <= now:
+            else:
                 log.info("%s: one-shot time %s has passed; deleting it without running", f.name, event.at)
                 self._record("past", f.name, event, dueAt=due)
                 self._delete(f)
-            else:
-                self.schedule.push(f.name, due)
         else:
             self.schedule.push(f.name, _next_fire_ts(event, now))
 
@@ -1691,16 +1782,23 @@ class _Files:
             return
         job = _Job(event.channel_id, event=event, generation=self.schedule.generation(f.name),
                    sig=f.sig, digest=f.digest, due=due)
+        if self._put(job):
+            f.queued = job
+        elif event.type != "periodic":
+            self._delete(f)
+
+    def _put(self, job: _Job) -> bool:
+        """Onto its channel's queue, unless the queue is full."""
+        event = job.event
         if not self._channels.put(job):
-            log.warning("%s: channel %s already has %d events waiting; discarding this occurrence",
-                        f.name, event.channel_id, self._max_queued)
-            self._record("discarded", f.name, event, dueAt=due,
+            log.warning("%s: channel %s already has %d events waiting; discarding this %s",
+                        event.filename, event.channel_id, self._max_queued,
+                        "rejection notice" if event.type == "rejected" else "occurrence")
+            self._record("discarded", event.filename, event, dueAt=job.due,
                          detail=f"{self._max_queued} events already waiting on the channel")
-            if event.type != "periodic":
-                self._delete(f)
-            return
-        f.queued = job
-        self._record("queued", f.name, event, dueAt=due)
+            return False
+        self._record("queued", event.filename, event, dueAt=job.due)
+        return True
 
     def _cancel(self, f: _File, why: Optional[str] = None) -> None:
         """Kill its schedule entries and its occurrence waiting in a queue;
@@ -1733,7 +1831,7 @@ class _Files:
         finished, error = self._execute(job)
         self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
                      startedAt=started, finishedAt=time.time(), detail=error)
-        if finished and event.type != "periodic":
+        if finished and event.type in ("immediate", "one-shot"):
             with self.lock:
                 self._guarded(event.filename, self._delete_after_run, job)
 
@@ -1806,7 +1904,10 @@ class EventsWatcher:
     ``history`` is a file that gets one JSON line per outcome.  ``on_halt``
     is called with the reason if the watcher stops by itself.  ``standby``:
     when another harness holds the directory, wait and take over when it
-    exits.  ``clock`` returns the wall-clock time as a POSIX timestamp.
+    exits.  ``notify_rejected``: a file rejected as invalid is kept as
+    ``NAME.json.rejected`` and, when it names its channel, the handler gets a
+    ``rejected`` event there saying why.  ``clock`` returns the wall-clock
+    time as a POSIX timestamp.
     """
 
     def __init__(self, events_dir, handler: Callable[[Event], object],
@@ -1814,7 +1915,8 @@ class EventsWatcher:
                  poll_interval: float = 0.04, max_queued: int = 5,
                  clock: Callable[[], float] = time.time,
                  loop: Optional[asyncio.AbstractEventLoop] = None, history=None, misfire_grace: float = 0,
-                 on_halt: Optional[Callable[[str], object]] = None, standby: bool = False):
+                 on_halt: Optional[Callable[[str], object]] = None, standby: bool = False,
+                 notify_rejected: bool = True):
         if not callable(handler):
             raise TypeError("handler must be callable")
         if on_error is not None and not callable(on_error):
@@ -1835,7 +1937,7 @@ class EventsWatcher:
         self._channels.loop = loop
         self._files = _Files(self.events_dir, self._scanner, self._channels,
                              _History(history) if history is not None else None,
-                             handler, on_error or _log_error, max_queued, misfire_grace)
+                             handler, on_error or _log_error, max_queued, misfire_grace, notify_rejected)
         self._schedule = self._files.schedule
         self._lock = self._files.lock
         self._thread: Optional[threading.Thread] = None
@@ -2078,8 +2180,8 @@ report that something happened.
 {periodic}
 ```
 
-Immediate and one-shot files delete themselves once they have run. A one-shot whose time has already
-passed when the harness sees it is deleted without running. Periodic files stay until you remove them.
+Immediate and one-shot files delete themselves once they have run. Periodic files stay until you
+remove them.
 
 ### Cron schedules
 
@@ -2100,20 +2202,27 @@ that date (daylight saving changes it). `timezone` in a periodic event is an IAN
 
 ### Creating, listing, inspecting, cancelling
 
-Write under a temporary name, then `mv` it into place, so the harness never reads a half-written file
-(names that do not end in `.json`, or that start with `.`, are ignored):
+Write under a temporary name, check it, then `mv` it into place, so the harness never reads a
+half-written file (names that do not end in `.json`, or that start with `.`, are ignored):
 ```bash
 cat > {dir}/.dentist.json.tmp <<'JSON'
 {one_shot}
 JSON
-mv {dir}/.dentist.json.tmp {dir}/dentist.json
+{check} {dir}/.dentist.json.tmp --check && mv {dir}/.dentist.json.tmp {dir}/dentist.json
 ```
 - The filename is the event's identity: pick a short, unique, descriptive one.
 - List: `ls {dir}/*.json`. Inspect: `cat {dir}/dentist.json`.
 - Cancel: `rm {dir}/dentist.json` (this also cancels a run still waiting its turn).
 - Change: write the file again the same way; its old schedule is dropped.
-- Check right after writing: `python mom_events.py {dir} --check` prints one line per file with its
-  next run, or the reason it is invalid. The harness deletes an invalid file.
+- Check them all (one line per file: its next runs, or what is wrong; status 1 if any will not run):
+  `{check} {dir} --check`
+
+### Rejected files
+
+A file the harness cannot run (invalid JSON, a missing field, a bad schedule, a one-shot written after
+its time) is renamed to `NAME.json.rejected`, unchanged, and you get `[EVENT:NAME.json:rejected] why`
+on its channel. Fix it, check it, then resubmit it with `mv {dir}/NAME.json.rejected {dir}/NAME.json`,
+or `rm` it.
 
 ### What you will receive
 
@@ -2145,13 +2254,22 @@ _HISTORY_PROMPT = """
 
 Every outcome is appended to `{history}`, one JSON object per line: `queued`, `started`, `done`,
 `failed` (with the error in `detail`), `discarded` (queue full), `coalesced`, `stale`, `past`,
-`invalid` (with the reason) and `cancelled` (removed or changed before it ran), with `time`, `filename`,
+`invalid` (rejected, with the reason) and `cancelled` (removed or changed before it ran), with `time`, `filename`,
 `type`, `channelId` and, where known, `dueAt`, `startedAt`, `finishedAt`, `detail`. The last lines for
 one file:
 ```bash
 grep -F '"filename": "dentist.json"' {history} | tail -n 5
 ```
 """
+
+
+def _check_command() -> str:
+    """The command that runs this module's CLI from any working directory:
+    this interpreter and this file, by absolute paths."""
+    import shlex
+    if not sys.executable:  # an embedded interpreter: the installed script, if any
+        return "mom-events"
+    return f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))}"
 
 
 def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Optional[str] = None,
@@ -2179,7 +2297,7 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
         return json.dumps({"type": kind, "channelId": channel, **fields}, ensure_ascii=False)
 
     text = _PROMPT.format(
-        dir=directory, tz=timezone, tz_text=tz_text, at=at, channel=channel,
+        dir=directory, check=_check_command(), tz=timezone, tz_text=tz_text, at=at, channel=channel,
         which_channel="" if channel_id else
         "\nPut the ID of the channel the event should wake you in into `channelId`.",
         immediate=example("immediate", text="New GitHub issue opened: #42"),
@@ -2247,8 +2365,7 @@ class _Commands:
     def __call__(self, event: Event) -> None:
         env = dict(os.environ, MOM_EVENT_FILE=event.filename, MOM_EVENT_TYPE=event.type,
                    MOM_EVENT_CHANNEL=event.channel_id, MOM_EVENT_TEXT=event.text,
-                   MOM_EVENT_MESSAGE=event.message,
-                   MOM_EVENT_SCHEDULE=event.at or event.schedule or "immediate")
+                   MOM_EVENT_MESSAGE=event.message, MOM_EVENT_SCHEDULE=_when(event) or event.type)
         import subprocess
         with self._lock:
             if self._stopped:
@@ -2394,39 +2511,63 @@ def _report(event: Event, exc: BaseException) -> None:
 # -- --check: lint the directory ---------------------------------------------
 
 
-def _check_line(directory: str, name: str, now: float) -> tuple[bool, str]:
-    """One file's verdict, as the harness would see it now, touching nothing."""
-    entry = _stat_entry(os.path.join(directory, name))
+def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
+    """The verdict on one file, judged as an event named ``name`` would be
+    now: whether it will run, and a line saying when or what is wrong."""
+    entry = _stat_entry(path)
     if entry is None:
         return True, f"{name}: gone while checking"
     if entry.sig is None:
         return False, _ignored(name, entry.kind)
     try:
-        event = parse_event(_read_file(os.path.join(directory, name)), name)
+        event = parse_event(_read_file(path), name)
     except EventError as exc:
         return False, str(exc)
     except _NotRegular as exc:
         return False, _ignored(name, str(exc))
     except OSError as exc:
         return False, f"{name}: cannot be read ({exc.strerror or exc})"
+    what = f"{event.type} on channel {event.channel_id}"
     if event.type == "immediate":
-        when = "on arrival"
-    elif event.type == "one-shot":
+        return True, f"{name}: ok: {what}, runs on arrival"
+    if event.type == "one-shot":
         due = _parse_at(event.at, name).timestamp()
-        when = _iso(due, "seconds") if due > now else "never (its time has passed)"
-    else:
-        when = _iso(_next_fire_ts(event, now), "seconds")
-    return True, f"{name}: ok: {event.type} on channel {event.channel_id}, next {when}"
+        if due <= now:
+            return False, f"{name}: {what}: {_past_reason(event.at, due, now)}; it will not run"
+        return True, f"{name}: ok: {what}, at {event.at} (in {_span(due - now)})"
+    after, times = datetime.fromtimestamp(now, timezone.utc), []
+    for _ in range(3):
+        after = next_fire(event.schedule, event.timezone, after)
+        times.append(after.isoformat(timespec="seconds"))
+    return True, f"{name}: ok: {what}, next {', '.join(times)}"
 
 
-def _check(directory: str, history: Optional[str] = None) -> int:
-    """--check: one line per event file; 0 when every one is valid.  With a
+def _check_rejected(path: str, name: str, now: float) -> str:
+    """A ``NAME.json.rejected`` file, judged again as ``NAME.json``."""
+    original = name.removesuffix(".rejected")
+    ok, line = _check_line(path, original, now)
+    verdict = line.removeprefix(original + ": ")
+    if ok:
+        return f"{name}: rejected, valid now ({verdict.removeprefix('ok: ')}): mv it back to {original}"
+    return f"{name}: rejected: {verdict}; fix it, then mv it back to {original} (or rm it)"
+
+
+def _check(path: str, history: Optional[str] = None) -> int:
+    """--check: one line per event file and per rejected file of a directory,
+    or for one file of any name (a draft); 0 when every one will run.  With a
     history, each line also says the file's last outcome."""
+    in_directory = os.path.isdir(path)
     try:
-        with os.scandir(directory) as entries:
-            names = sorted(entry.name for entry in entries if _is_event_name(entry.name))
+        if in_directory:
+            with os.scandir(path) as entries:
+                names = sorted(entry.name for entry in entries
+                               if _is_event_name(entry.name.removesuffix(".rejected")))
+            files = [(os.path.join(path, name), name) for name in names]
+        else:
+            os.stat(path)
+            files = [(path, os.path.basename(path))]
     except OSError as exc:
-        log.error("cannot check %s: %s", directory, exc.strerror or exc)
+        log.error("cannot check %s: %s", path, exc.strerror or exc)
         return 1
     last = {}
     if history is not None:
@@ -2435,20 +2576,23 @@ def _check(directory: str, history: Optional[str] = None) -> int:
         except OSError as exc:
             log.warning("cannot read the history %s: %s", history, exc.strerror or exc)
     now, bad = time.time(), 0
-    for name in names:
+    for file, name in files:
         try:
-            ok, line = _check_line(directory, name, now)
+            if in_directory and name.endswith(".rejected"):
+                ok, line = False, _check_rejected(file, name, now)
+            else:
+                ok, line = _check_line(file, name, now)
         except Exception as exc:  # that file's alone
             ok, line = False, f"{name}: unexpected error while checking it: {type(exc).__name__}: {exc}"
         bad += not ok
-        if name in last:
-            entry = last[name]
+        entry = last.get(name.removesuffix(".rejected"))
+        if entry is not None:
             line += f"; last: {entry.get('outcome')} at {entry.get('time')}"
             if entry.get("detail"):
                 line += f" ({entry['detail']})"
         sys.stdout.write(line + "\n")
     sys.stdout.flush()
-    log.info("%d event files in %s: %d valid, %d not", len(names), directory, len(names) - bad, bad)
+    log.info("%d files checked in %s: %d will run, %d will not", len(files), path, len(files) - bad, bad)
     return 1 if bad else 0
 
 
@@ -2494,6 +2638,9 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
                         metavar="SECONDS",
                         help="a one-shot that fell due at most this long before start-up still runs, late, "
                              "instead of being deleted (default: 0)")
+    parser.add_argument("--no-notify-rejected", dest="notify_rejected", action="store_false",
+                        help="do not send a 'rejected' event to the channel of a file rejected as invalid "
+                             "(it is still kept as NAME.json.rejected and logged)")
     parser.add_argument("--standby", action="store_true",
                         help="when another harness watches DIR, wait and take over when it exits "
                              "(instead of exiting with status 2)")
@@ -2561,7 +2708,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history,
                             misfire_grace=args.misfire_grace,
-                            on_halt=lambda reason: (halted.append(reason), stop.set()), standby=args.standby)
+                            on_halt=lambda reason: (halted.append(reason), stop.set()), standby=args.standby,
+                            notify_rejected=args.notify_rejected)
     try:
         watcher.start()
     except EventError as exc:

@@ -937,13 +937,38 @@ class OneShotTest(unittest.TestCase):
         h.advance(due - h.now)
         self.assertEqual(h.names(), ["later.json"])
 
-    def test_new_one_shot_in_the_past_is_deleted_without_running(self):
-        h = Harness(self)
+    def test_a_one_shot_written_after_its_time_is_rejected_and_its_channel_told(self):
+        h = Harness(self, now=datetime(2026, 11, 22, 9, 13, tzinfo=VIENNA).timestamp())
         h.start()
-        h.write("late.json", one_shot(h.now - 5))
-        h.tick(h.now + 0.1)
-        self.assertEqual(h.fired, [])
+        path = h.write("late.json", one_shot("2025-12-15T09:00:00+01:00", "C7"), mtime=h.now)
+        data = path.read_bytes()
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+        reason = '"at" 2025-12-15T09:00:00+01:00 is 342 days in the past (it is now 2026-11-22T09:13:00+01:00)'
+        self.assertEqual(logs.output, [f"ERROR:mom_events:late.json: {reason}; renamed to late.json.rejected"])
         self.assertFalse(h.exists("late.json"))
+        self.assertEqual((h.dir / "late.json.rejected").read_bytes(), data)
+        [(_, event)] = h.fired
+        self.assertEqual((event.type, event.channel_id, event.at, event.late), ("rejected", "C7", "2025-12-15T09:00:00+01:00", None))
+        self.assertEqual(event.message, f"[EVENT:late.json:rejected] {reason}. The file is now late.json.rejected: "
+                                        "fix it and move it back to late.json.")
+        h.advance(60)  # runs once, never retried, and the kept file is never read again
+        self.assertEqual(len(h.fired), 1)
+        self.assertTrue(h.exists("late.json.rejected"))
+
+    def test_a_one_shot_written_before_its_time_but_seen_after_it_runs_late(self):
+        for written in (-0.01, -3600):  # just before the poll that saw it; mv of a file written long ago
+            with self.subTest(written=written):
+                h = Harness(self)
+                h.start()
+                due = h.now + 0.02
+                h.write("soon.json", one_shot(due, text="on time"), mtime=due + written)
+                h.tick(h.now + 0.04)  # the poll that sees it comes after its time
+                [(when, event)] = h.fired
+                self.assertEqual((event.type, event.text, when), ("one-shot", "on time", h.now))
+                self.assertAlmostEqual(event.late, 0.02, places=6)
+                self.assertIn("] (late by less than a second) on time", event.message)
+                self.assertFalse(h.exists("soon.json"))
 
     def test_rewrite_reschedules(self):
         h = Harness(self)
@@ -1152,10 +1177,11 @@ class ChangeTest(unittest.TestCase):
 
 
 class RetryTest(unittest.TestCase):
-    def test_bad_file_is_retried_then_deleted_with_one_error(self):
+    def test_bad_file_is_retried_then_kept_as_rejected_with_one_error(self):
         h = Harness(self)
         h.start()
-        h.write("bad.json", '{"type": "one-shot", "channelId": "C1", "text": "x", "at": "2025-12-15T09:00:00"}')
+        content = '{"type": "one-shot", "channelId": "C1", "text": "x", "at": "2025-12-15T09:00:00"}'
+        h.write("bad.json", content)
         t0 = h.now + 0.1
         with self.assertLogs("mom_events", "DEBUG") as logs:
             h.tick(t0)
@@ -1169,11 +1195,10 @@ class RetryTest(unittest.TestCase):
             self.assertTrue(h.exists("bad.json"))
             h.w._files.run_due(h.now + 0.4)
         self.assertFalse(h.exists("bad.json"))
+        self.assertEqual((h.dir / "bad.json.rejected").read_text(), content)
         errors = [line for line in logs.output if line.startswith("ERROR")]
-        self.assertEqual(len(errors), 1)
-        self.assertIn("bad.json", errors[0])
-        self.assertIn("offset", errors[0])
-        self.assertNotIn("\n", errors[0])
+        self.assertEqual(errors, ["ERROR:mom_events:bad.json: \"at\" has no UTC offset: '2025-12-15T09:00:00' "
+                                  "(add one, e.g. +01:00 or Z); renamed to bad.json.rejected"])
 
     def test_a_file_fixed_during_the_retries_is_scheduled(self):
         h = Harness(self)
@@ -1200,6 +1225,7 @@ class RetryTest(unittest.TestCase):
         with self.assertLogs("mom_events", "ERROR"):
             h.advance(0.02)
         self.assertFalse(h.exists("w.json"))
+        self.assertEqual((h.dir / "w.json.rejected").read_text(), "{{")
 
     def test_unreadable_file_is_logged_once_and_left_alone(self):
         h = Harness(self)
@@ -1243,12 +1269,13 @@ class IsolationTest(unittest.TestCase):
                         self.assertLogs("mom_events", "DEBUG") as logs:
                     h.start() if when == "start-up" else h.tick(h.now + 0.1)
                     h.advance(2)
-                self.assertEqual(sorted(h.texts()), ["a.json", "c.json"])
+                reason = "unexpected error while handling it: RuntimeError: injected"
+                self.assertEqual(sorted(h.texts()), ["a.json", "c.json", f"{reason}. The file is now b.json.rejected: "
+                                                     "fix it and move it back to b.json."])
                 self.assertFalse(h.exists("b.json"))
+                self.assertTrue(h.exists("b.json.rejected"))
                 errors = [line for line in logs.output if line.startswith("ERROR")]
-                self.assertEqual(len(errors), 1, errors)
-                self.assertIn("b.json: unexpected error while handling it: RuntimeError: injected", errors[0])
-                self.assertNotIn("\n", errors[0])
+                self.assertEqual(errors, [f"ERROR:mom_events:b.json: {reason}; renamed to b.json.rejected"])
                 self.assertTrue(any(line.startswith("DEBUG") and "Traceback" in line and "injected" in line
                                     for line in logs.output))
 
@@ -1262,11 +1289,14 @@ class IsolationTest(unittest.TestCase):
             if event.filename == "b.json" else real(event, now)
         with mock.patch.object(mom_events, "_next_fire_ts", fail), self.assertLogs("mom_events", "ERROR") as logs:
             h.advance(31)
-        self.assertEqual(sorted(h.texts()), ["a.json", "c.json"])
+        self.assertEqual(sorted((e.channel_id, e.type) for _, e in h.fired),
+                         [("a.json", "periodic"), ("b.json", "rejected"), ("c.json", "periodic")])
         self.assertEqual(len(logs.output), 1)
         self.assertIn("b.json: unexpected error", logs.output[0])
+        self.assertTrue(h.exists("b.json.rejected"))
         h.advance(60)  # the others go on
-        self.assertEqual(sorted(h.texts()), ["a.json", "a.json", "c.json", "c.json"])
+        self.assertEqual(sorted(e.text for _, e in h.fired if e.type == "periodic"),
+                         ["a.json", "a.json", "c.json", "c.json"])
 
     def test_the_files_that_broke_whole_scans(self):
         """A year-1 one-shot while a history is kept and a 5,000-digit schedule
@@ -1279,10 +1309,13 @@ class IsolationTest(unittest.TestCase):
         with self.assertLogs("mom_events", "ERROR") as logs:
             h.start()
             h.advance(1)
-        self.assertEqual(h.texts(), ["fires"])
+        self.assertEqual([e.text for _, e in h.fired if e.type != "rejected"], ["fires"])
+        self.assertEqual(sorted(e.filename for _, e in h.fired if e.type == "rejected"), ["long.json", "old.json"])
         self.assertEqual(len(logs.output), 2)
         self.assertTrue(all(len(line) < 300 for line in logs.output), logs.output)
-        outcomes = {r["filename"]: r["outcome"] for r in read_history(h.dir / ".history.jsonl")}
+        self.assertTrue(all(len(e.message) < 400 for _, e in h.fired), h.fired)
+        outcomes = {r["filename"]: r["outcome"] for r in read_history(h.dir / ".history.jsonl")
+                    if r["type"] != "rejected"}
         self.assertEqual(outcomes, {"old.json": "invalid", "long.json": "invalid", "good.json": "done"})
 
     def test_a_history_line_that_cannot_be_formatted_is_that_lines_alone(self):
@@ -2055,14 +2088,18 @@ class CheckTest(CliCase):
                          ["bad.json", "dir.json", "hook.json", "later.json", "noz.json", "old.json",
                           "pipe.json", "tick.json"])
         by_name = dict(line.split(": ", 1) for line in lines)
-        self.assertEqual(by_name["hook.json"], "ok: immediate on channel C1, next on arrival")
-        later = datetime.fromtimestamp(datetime.fromisoformat("2999-01-01T09:00:00+01:00").timestamp())
-        self.assertEqual(by_name["later.json"],
-                         f"ok: one-shot on channel C2, next {later.astimezone().isoformat(timespec='seconds')}")
-        self.assertEqual(by_name["old.json"], "ok: one-shot on channel C2, next never (its time has passed)")
-        tick = next_fire("0 9 * * *", "Europe/Vienna", datetime.now(timezone.utc)).astimezone()
-        self.assertEqual(by_name["tick.json"],
-                         f"ok: periodic on channel C3, next {tick.isoformat(timespec='seconds')}")
+        self.assertEqual(by_name["hook.json"], "ok: immediate on channel C1, runs on arrival")
+        self.assertRegex(by_name["later.json"],
+                         r"^ok: one-shot on channel C2, at 2999-01-01T09:00:00\+01:00 \(in \d{6} days\)$")
+        self.assertRegex(by_name["old.json"], r'^one-shot on channel C2: "at" 2001-01-01T09:00:00\+01:00 is \d{4} '
+                                              r"days in the past \(it is now [-\d]{10}T[:\d]{8}\+01:00\); "
+                                              r"it will not run$")
+        times, after = [], datetime.now(timezone.utc)  # next three, in the event's own timezone
+        for _ in range(3):
+            after = next_fire("0 9 * * *", "Europe/Vienna", after)
+            times.append(after.isoformat(timespec="seconds"))
+        self.assertEqual(by_name["tick.json"], f"ok: periodic on channel C3, next {', '.join(times)}")
+        self.assertRegex(times[0], r"T09:00:00\+0[12]:00$")
         self.assertTrue(by_name["bad.json"].startswith("invalid JSON"))
         self.assertIn("has no UTC offset", by_name["noz.json"])
         self.assertEqual(by_name["dir.json"], "ignored: it is a directory, not a regular file")
@@ -2096,7 +2133,7 @@ class PromptTest(CliCase):
         self.assertEqual(events[2].timezone, "Europe/Vienna")
         self.assertGreater(datetime.fromisoformat(events[1].at), datetime.now(timezone.utc))
         for needle in ("/srv/bot/events/dentist.json", "mv /srv/bot/events/.dentist.json.tmp", "rm ",
-                       "0 9 * * 1-5", "Europe/Vienna", "python mom_events.py /srv/bot/events --check",
+                       "0 9 * * 1-5", "Europe/Vienna", "mom_events.py /srv/bot/events --check`",
                        "[EVENT:dentist.json:one-shot:", "at most 5", "Debounce", "delete themselves"):
             self.assertIn(needle, text)
         self.assertNotIn("CHANNEL_ID", text)
@@ -2779,6 +2816,8 @@ class ChurnModel:
     def __init__(self, start):
         self.now = start
         self.disk = {}   # name -> content, as the test left the directory
+        self.written = {}  # name -> when its content was written (its mtime)
+        self.rejected = {}  # NAME.json.rejected -> content
         self.seen = {}   # name -> (content, pending): what the harness knows
         self.fired = []
 
@@ -2816,10 +2855,14 @@ class ChurnModel:
                 del self.disk[name]
             elif kind == "one-shot":
                 at = datetime.fromisoformat(content["at"]).timestamp()
-                if at <= self.now:
-                    del self.disk[name]  # its time has passed
-                else:
+                if at > self.now:
                     self.seen[name] = (content, [at])
+                elif self.written[name] < at:  # written in time, seen late: it runs now
+                    self.fired.append((round(self.now, 3), name, content["text"]))
+                    del self.disk[name]
+                else:  # written after its time: kept as NAME.json.rejected, the channel told
+                    self.fired.append((round(self.now, 3), name, "rejected"))
+                    self.rejected[name + ".rejected"] = self.disk.pop(name)
             else:
                 step = 120 if content["schedule"].startswith("*/2") else 60
                 self.seen[name] = (content, [(self.now // step + 1) * step])
@@ -2862,6 +2905,7 @@ class ChurnTest(unittest.TestCase):
                     if target != name:
                         os.rename(h.dir / name, h.dir / target)
                         model.disk[target] = model.disk.pop(name)
+                        model.written[target] = model.written[name]
                 else:
                     serial += 1
                     content = self.content(rng, h.now, serial)
@@ -2870,24 +2914,34 @@ class ChurnTest(unittest.TestCase):
                     data = json.dumps(content)
                     if op == "atomic" or (op != "inplace" and rng.random() < 0.5):
                         (h.dir / f".{name}.tmp").write_text(data)
+                        os.utime(h.dir / f".{name}.tmp", (h.now, h.now))
                         os.rename(h.dir / f".{name}.tmp", h.dir / name)
                     else:
                         with open(h.dir / name, "w") as file:
                             file.write(data)
+                        os.utime(h.dir / name, (h.now, h.now))
                     model.disk[name] = content
+                    model.written[name] = h.now
             end = h.now + rng.choice([0.01, 0.3, 5, 45, 130])
             model.advance_to(end)
             h.advance(end - h.now)
             model.poll()
-        actual = sorted((round(t, 3), e.filename, e.text) for t, e in h.fired)
+        actual = sorted((round(t, 3), e.filename, "rejected" if e.type == "rejected" else e.text)
+                        for t, e in h.fired)
         self.assertEqual(actual, sorted(model.fired), f"seed {seed}")
         self.assertEqual(sorted(p.name for p in h.dir.glob("*.json")), sorted(model.disk), f"seed {seed}")
+        self.assertEqual({p.name: json.loads(p.read_text()) for p in h.dir.glob("*.rejected")}, model.rejected,
+                         f"seed {seed}")
         self.assertEqual(h.errors, [])
-        return len(actual)
+        return len(actual), len(model.rejected)
 
     def test_random_churn_matches_the_model(self):
-        fired = sum(self.run_seed(seed, steps=150) for seed in range(150))
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            fired, rejected = map(sum, zip(*(self.run_seed(seed, steps=150) for seed in range(150))))
         self.assertGreater(fired, 5000)  # the mix really exercises firing
+        self.assertGreater(rejected, 100)
+        self.assertTrue(all(" is " in line and " in the past (it is now " in line and "; renamed to " in line
+                            for line in logs.output), logs.output[:3])
 
     def test_a_forgotten_file_seen_again_does_not_revive_its_old_schedule(self):
         """Found by the model: generations restarted with each new _File, so a
@@ -2915,18 +2969,18 @@ class MisfireGraceTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["dentist"])
         event = h.fired[0][1]
         self.assertAlmostEqual(event.late, 60, delta=1)
-        self.assertRegex(event.message, r"^\[EVENT:recent\.json:one-shot:[^\]]+\] \(late by 60 s: the harness "
-                                        r"was not running when it was due\) dentist$")
+        self.assertRegex(event.message, r"^\[EVENT:recent\.json:one-shot:[^\]]+\] \(late by 1 minute\) dentist$")
         self.assertFalse(h.exists("recent.json"))
         self.assertFalse(h.exists("old.json"))
 
     def test_only_start_up_is_forgiven(self):
+        """A one-shot that appears later is judged by its mtime alone."""
         h = Harness(self, misfire_grace=120)
         h.start()
-        h.write("new.json", one_shot(h.now - 10))
+        h.write("new.json", one_shot(h.now - 10), mtime=h.now)
         h.tick(h.now + 0.1)
-        self.assertEqual(h.fired, [])
-        self.assertFalse(h.exists("new.json"))
+        self.assertEqual([e.type for _, e in h.fired], ["rejected"])
+        self.assertTrue(h.exists("new.json.rejected"))
 
     def test_zero_keeps_the_core_rule(self):
         h = Harness(self)
