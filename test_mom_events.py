@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -629,6 +630,12 @@ class FuzzTest(unittest.TestCase):
         if event.type == "periodic":  # a parsed schedule always has a next time, or an EventError
             self.assertNextFireOrError(event.schedule, event.timezone)
 
+    def assertWrittenFields(self, data):
+        """What a rejected file says of itself: string fields, never an exception."""
+        written = mom_events._as_written(data)
+        self.assertLessEqual(set(written), set(mom_events._WRITTEN))
+        self.assertTrue(all(isinstance(value, str) for value in written.values()))
+
     def assertNextFireOrError(self, schedule, zone, after=utc(2026, 1, 1)):
         try:
             result = next_fire(schedule, zone, after)
@@ -649,6 +656,7 @@ class FuzzTest(unittest.TestCase):
             with self.subTest(data=data[:200]):
                 self.assertEventOrError(data)
                 self.assertEventOrError(data.encode("utf-8", "surrogatepass"))
+                self.assertWrittenFields(data.encode("utf-8", "surrogatepass"))
 
     def test_random_schedules_and_zones(self):
         import random
@@ -2115,12 +2123,192 @@ class CheckTest(CliCase):
         self.assertIn("nope", missing.stderr)
         self.assertFalse((self.dir / "nope").exists())
 
+    def test_a_past_one_shot_will_not_run_and_fails_the_check(self):
+        self.put("dentist.json", one_shot("2025-12-15T09:00:00+01:00", "C2"))
+        result = self.run_cli(self.events, "--check")
+        self.assertEqual(result.returncode, 1)
+        self.assertRegex(result.stdout, r'^dentist\.json: one-shot on channel C2: "at" 2025-12-15T09:00:00\+01:00 is '
+                                        r"\d+ days in the past \(it is now \S+\+01:00\); it will not run\n$")
+
+    def test_rejected_files_are_listed_with_todays_reason_and_fail_the_check(self):
+        self.put("tick.json", periodic())
+        (self.events / "report.json.rejected").write_text(json.dumps(periodic("0 9 * * mon#6", "C1")))
+        (self.events / "fixed.json.rejected").write_text(json.dumps(immediate("C1")))
+        (self.events / ".hidden.json.rejected").write_text("{")  # never a name the harness makes
+        result = self.run_cli(self.events, "--check")
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stdout.splitlines()[:2], [
+            "fixed.json.rejected: rejected, valid now (immediate on channel C1, runs on arrival): "
+            "mv it back to fixed.json",
+            "report.json.rejected: rejected: bad schedule '0 9 * * mon#6': 'mon#6': the number after '#' must be "
+            "1 to 5; fix it, then mv it back to report.json (or rm it)"])
+        self.assertEqual(len(result.stdout.splitlines()), 3)
+        self.assertTrue(result.stdout.splitlines()[2].startswith("tick.json: ok: "))
+
+    def test_one_file_of_any_name_is_checked_as_a_draft(self):
+        draft = self.events / ".dentist.json.tmp"
+        draft.write_text(json.dumps(one_shot("2999-01-01T09:00:00Z", "C2")))
+        self.put("bad.json", "{")  # the rest of the directory does not matter
+        result = self.run_cli(draft, "--check")
+        self.assertEqual((result.returncode, result.stdout.split(" (in ")[0]),
+                         (0, ".dentist.json.tmp: ok: one-shot on channel C2, at 2999-01-01T09:00:00Z"))
+        draft.write_text(json.dumps(immediate("C2", text=" ")))
+        result = self.run_cli(draft, "--check")
+        self.assertEqual((result.returncode, result.stdout), (1, '.dentist.json.tmp: "text" is empty\n'))
+        self.assertEqual(self.run_cli(self.events / "nope.json", "--check").returncode, 1)
+
     def test_works_beside_a_running_harness(self):
         self.put("tick.json", periodic("0 9 * * *"))
         cli = self.serve()
         result = self.run_cli(self.events, "--check")
         self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 1))
         self.assertIsNone(cli.proc.poll())
+
+
+class RejectedTest(CliCase):
+    """Issue 12: what the agent wrote is never lost, and it learns why on its channel."""
+
+    def test_an_invalid_file_is_kept_and_its_channel_told_and_resubmitted_by_mv(self):
+        (self.events / "report.json.rejected").write_text("an older rejected version")
+        cli = self.serve("--json")
+        bad = json.dumps(periodic("61 * * * *", "C5", text="weekly report"))
+        self.put("report.json", bad)
+        self.put("junk.json", '{"channelId": "C5", ')  # unparseable: no channel is known
+        self.assertTrue(wait_for(lambda: cli.out and (self.events / "junk.json.rejected").exists()))
+        record = json.loads(cli.out[0])
+        self.assertEqual(record["message"], "[EVENT:report.json:rejected] bad schedule '61 * * * *': minute 61 is out "
+                                            "of range 0-59. The file is now report.json.rejected: fix it and move it "
+                                            "back to report.json.")
+        self.assertEqual((record["type"], record["channelId"], record["at"], record["schedule"], record["timezone"]),
+                         ("rejected", "C5", None, "61 * * * *", "UTC"))
+        self.assertEqual((self.events / "report.json.rejected").read_text(), bad)  # unchanged, the old one replaced
+        self.assertEqual((self.events / "junk.json.rejected").read_text(), '{"channelId": "C5", ')
+        self.assertFalse((self.events / "report.json").exists() or (self.events / "junk.json").exists())
+        self.assertRegex(cli.wait_err("report.json: "), r"ERROR report\.json: bad schedule '61 \* \* \* \*': minute 61 "
+                                                        r"is out of range 0-59; renamed to report\.json\.rejected$")
+        self.assertRegex(cli.wait_err("junk.json: "), r"ERROR junk\.json: invalid JSON: .*; renamed to "
+                                                      r"junk\.json\.rejected$")
+        # the agent fixes it and moves it back: it is an event again
+        (self.events / "report.json.rejected").write_text(json.dumps(immediate("C5", "fixed")))
+        os.rename(self.events / "report.json.rejected", self.events / "report.json")
+        self.assertTrue(wait_for(lambda: len(cli.out) == 2))
+        self.assertEqual(json.loads(cli.out[1])["message"], "[EVENT:report.json:immediate] fixed")
+        time.sleep(0.3)
+        self.assertEqual(len(cli.out), 2)  # nothing for junk.json, and nothing ran twice
+
+    def test_a_one_shot_is_judged_by_when_it_was_written(self):
+        cli = self.serve("--json")
+        due = time.time() - 2
+        for name, written in (("ontime.json", due - 1), ("late.json", None)):
+            tmp = self.events / f".{name}.tmp"
+            tmp.write_text(json.dumps(one_shot(due, "C1", text=name)))
+            if written is not None:  # written before its time, moved into place after it
+                os.utime(tmp, (written, written))
+            tmp.rename(self.events / name)
+        self.assertTrue(wait_for(lambda: len(cli.out) == 2))
+        records = {r["type"]: r for r in map(json.loads, cli.out)}
+        self.assertEqual(records["one-shot"]["text"], "ontime.json")
+        self.assertGreaterEqual(records["one-shot"]["late"], 2)
+        self.assertRegex(records["one-shot"]["message"], r"\] \(late by \d+ s\) ontime\.json$")
+        self.assertEqual(records["rejected"]["filename"], "late.json")
+        self.assertRegex(records["rejected"]["message"], r'^\[EVENT:late\.json:rejected\] "at" \S+\+00:00 is \d s in '
+                                                         r"the past \(it is now \S+\+00:00\)\. The file is now "
+                                                         r"late\.json\.rejected: ")
+        self.assertTrue(wait_for(lambda: not (self.events / "ontime.json").exists()))
+        self.assertTrue((self.events / "late.json.rejected").exists())
+
+    def test_without_notification_the_file_is_still_kept_and_logged(self):
+        cli = self.serve("--no-notify-rejected")
+        self.put("bad.json", immediate("C1", text=""))
+        cli.wait_err('bad.json: "text" is empty; renamed to bad.json.rejected')
+        self.put("good.json", immediate("C1", text="after it"))
+        self.assertTrue(wait_for(lambda: cli.out))
+        time.sleep(0.2)
+        self.assertEqual(len(cli.out), 1)
+        self.assertTrue(cli.out[0].endswith("[EVENT:good.json:immediate] after it"), cli.out)
+
+    def test_exec_gets_it_once_and_a_failure_is_not_retried(self):
+        out = self.dir / "out"
+        cli = self.serve("--exec", f'{{ cat; echo; env | grep ^MOM_EVENT_ | sort; }} >> {out}; exit 3')
+        self.put("bad.json", {"type": "one-shot", "channelId": "C1", "text": "x", "at": "tomorrow"})
+        cli.wait_err("bad.json: command failed: exit status 3")
+        time.sleep(0.5)
+        lines = out.read_text().splitlines()
+        self.assertEqual(lines[0], "[EVENT:bad.json:rejected] \"at\" is not an ISO 8601 date-time: 'tomorrow'. "
+                                   "The file is now bad.json.rejected: fix it and move it back to bad.json.")
+        self.assertIn("MOM_EVENT_TYPE=rejected", lines)
+        self.assertIn("MOM_EVENT_SCHEDULE=rejected", lines)
+        self.assertEqual(sum(line.startswith("MOM_EVENT_TYPE=") for line in lines), 1)  # ran once
+        self.assertTrue((self.events / "bad.json.rejected").exists())
+
+    def test_a_file_that_cannot_be_renamed_is_deleted_and_the_agent_told(self):
+        (self.events / "bad.json.rejected").mkdir()
+        (self.events / "bad.json.rejected" / "keep").write_text("x")
+        cli = self.serve()
+        self.put("bad.json", immediate("C1", text=""))
+        self.assertRegex(cli.wait_err("bad.json: "), r'bad\.json: "text" is empty; cannot rename it to '
+                                                     r"bad\.json\.rejected \(.+\), so deleting it$")
+        self.assertTrue(wait_for(lambda: cli.out))
+        self.assertTrue(cli.out[0].endswith('[EVENT:bad.json:rejected] "text" is empty. It could not be kept as '
+                                            "bad.json.rejected, so it was deleted: write it again, fixed."))
+        self.assertFalse((self.events / "bad.json").exists())
+        self.assertTrue((self.events / "bad.json.rejected" / "keep").exists())
+
+
+class RejectedInProcessTest(unittest.TestCase):
+    def test_neither_renamed_nor_deleted_it_is_logged_once_and_never_runs(self):
+        h = Harness(self)
+        h.start()
+        h.write("bad.json", immediate(text=""))
+        denied = PermissionError(13, "Permission denied")
+        with mock.patch.object(mom_events.os, "replace", side_effect=denied), \
+                mock.patch.object(mom_events.os, "unlink", side_effect=denied), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+            h.advance(1)
+            os.utime(h.dir / "bad.json")  # touched: the same content is still not run
+            h.tick(h.now + 0.1)
+        self.assertEqual(len(logs.output), 2, logs.output)
+        self.assertIn("cannot rename it to bad.json.rejected (Permission denied), so deleting it", logs.output[0])
+        self.assertIn("bad.json: cannot delete it (Permission denied); it will not run again", logs.output[1])
+        self.assertEqual(h.fired, [])
+        self.assertTrue(h.exists("bad.json"))
+
+    def test_a_notice_counts_toward_the_channels_five_and_is_discarded_beyond(self):
+        h = Harness(self, history=None)
+        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h.start()
+        held = []
+        h.w._channels._spawn = hold(held)
+        for i in range(5):  # the workers are held: all five wait
+            h.write(f"a{i}.json", immediate("C1", text=str(i)))
+        h.tick(h.now + 0.1)
+        h.write("bad.json", immediate("C1", text=""))
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            h.tick(h.now + 0.1)
+            h.advance(1)
+        self.assertIn("bad.json: channel C1 already has 5 events waiting; discarding this rejection notice",
+                      "\n".join(logs.output))
+        self.assertTrue(h.exists("bad.json.rejected"))
+        lines = [(r["filename"], r["outcome"], r["type"]) for r in read_history(h.dir / ".history.jsonl")
+                 if r["filename"] == "bad.json"]
+        self.assertEqual(lines, [("bad.json", "invalid", None), ("bad.json", "discarded", "rejected")])
+
+    def test_a_notice_waits_its_turn_and_takes_a_place(self):
+        h = Harness(self)
+        h.start()
+        held = []
+        h.w._channels._spawn = hold(held)
+        h.write("a0.json", immediate("C1", text="running"))
+        h.tick(h.now + 0.1)
+        h.write("bad.json", immediate("C1", text=""))
+        with self.assertLogs("mom_events", "ERROR"):
+            h.tick(h.now + 0.1)
+            h.advance(1)
+        self.assertEqual(h.w._channels.waiting("C1"), 2)
+        while held:
+            held.pop(0)()
+        self.assertEqual([e.type for _, e in h.fired], ["immediate", "rejected"])
 
 
 class PromptTest(CliCase):
@@ -2137,6 +2325,23 @@ class PromptTest(CliCase):
                        "[EVENT:dentist.json:one-shot:", "at most 5", "Debounce", "delete themselves"):
             self.assertIn(needle, text)
         self.assertNotIn("CHANNEL_ID", text)
+
+    def test_the_check_command_works_from_any_directory(self):
+        """The manual's commands, pasted into a shell elsewhere, check a
+        draft and the directory; it explains rejected files."""
+        prompt = self.run_cli(self.events, "--prompt", "--channel", "C1", "--timezone", "UTC").stdout
+        draft_line = next(line for line in prompt.splitlines() if "--check &&" in line)
+        check_all = re.search(r"^  `(.+ --check)`$", prompt, re.M).group(1)
+        elsewhere = temp_dir(self, "mom_events_cwd_")
+        (self.events / ".dentist.json.tmp").write_text(json.dumps(one_shot("2999-01-01T09:00:00Z", "C1")))
+        result = subprocess.run(draft_line, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(".dentist.json.tmp: ok: one-shot", result.stdout)
+        self.assertTrue((self.events / "dentist.json").exists())  # the check passed, so mv ran
+        result = subprocess.run(check_all, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=60)
+        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 1), result.stderr)
+        self.assertIn(f"`mv {self.events}/NAME.json.rejected {self.events}/NAME.json`", prompt.replace("\n", " "))
+        self.assertIn("[EVENT:NAME.json:rejected]", prompt)
 
     def test_without_a_channel_it_says_what_to_put_there(self):
         text = mom_events.events_prompt("events", timezone="UTC")
@@ -2637,15 +2842,20 @@ class HistoryTest(unittest.TestCase):
         events, path = base / "events", base / "events" / ".history.jsonl"
         events.mkdir()
         (events / "tick.json").write_text(json.dumps(periodic("* * * * * *", "C1")))
+        (events / "bad.json").write_text(json.dumps(immediate("C2", text="")))
         cli = Cli(self, events, "--history", path, "--poll", "0.05")
         cli.wait_err("watching")
-        self.assertTrue(wait_for(lambda: path.exists() and "done" in path.read_text()))
+        self.assertTrue(wait_for(lambda: path.exists() and '"rejected", "channelId": "C2", "outcome": "done"'
+                                 in path.read_text()))  # the notice ran: its lines are not the file's outcome
+        self.assertTrue(wait_for(lambda: '"periodic", "channelId": "C1", "outcome": "done"' in path.read_text()))
         cli.signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 0)
         result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--check",
                                  "--history", str(path)], capture_output=True, text=True, timeout=60)
-        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.returncode, 1, result.stderr)
         self.assertRegex(result.stdout, r"tick\.json: ok: periodic on channel C1, next .*; last: \w+ at 20")
+        self.assertRegex(result.stdout, r'bad\.json\.rejected: rejected: "text" is empty; .*; '
+                                        r'last: invalid at 20\S+ \("text" is empty\)')
         prompt = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--prompt",
                                  "--history", str(path)], capture_output=True, text=True, timeout=60)
         self.assertIn(f"grep -F '\"filename\": \"dentist.json\"' {path} | tail -n 5", prompt.stdout)
