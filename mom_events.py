@@ -135,9 +135,10 @@ class _NeedsCroniter(EventError):
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One parsed event file.  ``at``, ``schedule`` and ``timezone`` are None
-    where the type has no such field; ``at`` and ``schedule`` are kept exactly
-    as written, because the agent recognises its own words in the message."""
+    """One parsed event file, or (``type == "rejected"``) the notice that a
+    file was rejected, its ``text`` saying why.  ``at``, ``schedule`` and
+    ``timezone`` are None where the file has no such field; they are kept
+    exactly as written, because the agent recognises its own words."""
 
     filename: str
     type: str
@@ -2254,9 +2255,9 @@ _HISTORY_PROMPT = """
 
 Every outcome is appended to `{history}`, one JSON object per line: `queued`, `started`, `done`,
 `failed` (with the error in `detail`), `discarded` (queue full), `coalesced`, `stale`, `past`,
-`invalid` (rejected, with the reason) and `cancelled` (removed or changed before it ran), with `time`, `filename`,
-`type`, `channelId` and, where known, `dueAt`, `startedAt`, `finishedAt`, `detail`. The last lines for
-one file:
+`invalid` (rejected, with the reason) and `cancelled` (removed or changed before it ran), with `time`,
+`filename`, `type`, `channelId` and, where known, `dueAt`, `startedAt`, `finishedAt`, `detail`. The
+last lines for one file:
 ```bash
 grep -F '"filename": "dentist.json"' {history} | tail -n 5
 ```
@@ -2592,7 +2593,7 @@ def _check(path: str, history: Optional[str] = None) -> int:
                 line += f" ({entry['detail']})"
         sys.stdout.write(line + "\n")
     sys.stdout.flush()
-    log.info("%d files checked in %s: %d will run, %d will not", len(files), path, len(files) - bad, bad)
+    log.info("checked %s: %d will run, %d will not", path, len(files) - bad, bad)
     return 1 if bad else 0
 
 
@@ -2622,7 +2623,8 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="mom_events",
         description="Watch a directory of JSON event files and print each event when it is due.")
-    parser.add_argument("dir", nargs="?", default="events", help="the events directory (default: events)")
+    parser.add_argument("dir", nargs="?", default="events",
+                        help="the events directory (default: events); with --check, also one file of any name")
     parser.add_argument("--json", action="store_true", help="print one JSON object per event instead of a text line")
     parser.add_argument("--poll", type=_seconds, default=0.04, metavar="SECONDS",
                         help="how often to look at the directory (default: 0.04)")
@@ -2649,8 +2651,9 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
                              "show each file's last outcome; with --prompt, tell the agent where it is")
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument("--check", action="store_true",
-                       help="validate every event file, print one line each and exit (0: all valid); "
-                            "touches nothing and works beside a running harness")
+                       help="judge every event file and every NAME.json.rejected in DIR (or DIR, one file of any "
+                            "name, as a draft), print one line each and exit (0: every one will run); touches "
+                            "nothing and works beside a running harness")
     modes.add_argument("--prompt", action="store_true",
                        help="print the Markdown section that teaches an agent to use DIR, and exit")
     parser.add_argument("--channel", metavar="ID", help="with --prompt: the channel ID used in the examples")
