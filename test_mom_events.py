@@ -978,6 +978,17 @@ class OneShotTest(unittest.TestCase):
                 self.assertIn("] (late by less than a second) on time", event.message)
                 self.assertFalse(h.exists("soon.json"))
 
+    def test_a_one_shot_written_exactly_at_its_time_is_rejected(self):
+        h = Harness(self)
+        h.start()
+        due = h.now + 1  # a whole second: the mtime can be set to it exactly
+        path = h.write("edge.json", one_shot(due))
+        os.utime(path, ns=(int(due) * 10**9, int(due) * 10**9))
+        with self.assertLogs("mom_events", "ERROR"):
+            h.tick(due + 0.04)
+        self.assertEqual([e.type for _, e in h.fired], ["rejected"])
+        self.assertIn("is less than a second in the past", h.fired[0][1].text)
+
     def test_rewrite_reschedules(self):
         h = Harness(self)
         h.start()
@@ -1234,6 +1245,28 @@ class RetryTest(unittest.TestCase):
             h.advance(0.02)
         self.assertFalse(h.exists("w.json"))
         self.assertEqual((h.dir / "w.json.rejected").read_text(), "{{")
+
+    def test_a_file_rewritten_as_it_is_given_up_is_read_again_not_rejected(self):
+        h = Harness(self)
+        h.start()
+        h.write("w.json", "{")
+        h.tick(h.now + 0.1)
+        for delay in (0.1, 0.2):
+            h.now += delay
+            h.w._files.run_due(h.now)
+        real = mom_events._read_file
+
+        def read_then_rewritten(path):  # the writer's mv lands between the last read and the rename
+            data = real(path)
+            put(h.dir, "w.json", immediate(text="fixed in time"))
+            return data
+
+        h.now += 0.4
+        with mock.patch.object(mom_events, "_read_file", read_then_rewritten):
+            h.w._files.run_due(h.now)
+        h.tick(h.now + 0.04)
+        self.assertEqual(h.texts(), ["fixed in time"])
+        self.assertFalse(h.exists("w.json.rejected"))
 
     def test_unreadable_file_is_logged_once_and_left_alone(self):
         h = Harness(self)
