@@ -957,7 +957,8 @@ class OneShotTest(unittest.TestCase):
         self.assertFalse(h.exists("late.json"))
         self.assertEqual((h.dir / "late.json.rejected").read_bytes(), data)
         [(_, event)] = h.fired
-        self.assertEqual((event.type, event.channel_id, event.at, event.late), ("rejected", "C7", "2025-12-15T09:00:00+01:00", None))
+        self.assertEqual((event.type, event.channel_id, event.at, event.late),
+                         ("rejected", "C7", "2025-12-15T09:00:00+01:00", None))
         self.assertEqual(event.message, f"[EVENT:late.json:rejected] {reason}. The file is now late.json.rejected: "
                                         "fix it and move it back to late.json.")
         h.advance(60)  # runs once, never retried, and the kept file is never read again
