@@ -2231,7 +2231,9 @@ class RejectedTest(CliCase):
         self.assertEqual(len(cli.out), 2)  # nothing for junk.json, and nothing ran twice
 
     def test_a_one_shot_is_judged_by_when_it_was_written(self):
+        self.put("missed.json", one_shot(time.time() - 2, "C1", text="missed"))  # at start-up: missed, as before
         cli = self.serve("--json")
+        self.assertFalse((self.events / "missed.json").exists() or (self.events / "missed.json.rejected").exists())
         due = time.time() - 2
         for name, written in (("ontime.json", due - 1), ("late.json", None)):
             tmp = self.events / f".{name}.tmp"
@@ -2260,6 +2262,17 @@ class RejectedTest(CliCase):
         time.sleep(0.2)
         self.assertEqual(len(cli.out), 1)
         self.assertTrue(cli.out[0].endswith("[EVENT:good.json:immediate] after it"), cli.out)
+
+    def test_it_counts_toward_the_channels_five(self):
+        cli = self.serve("--exec", "sleep 30")
+        self.put("a0.json", immediate("C1", text="runs"))
+        self.assertTrue(wait_for(lambda: len(cli.out) == 1))
+        for i in range(1, 6):  # five wait
+            self.put(f"a{i}.json", immediate("C1", text=str(i)))
+        time.sleep(0.2)
+        self.put("bad.json", immediate("C1", text=""))
+        cli.wait_err("bad.json: channel C1 already has 5 events waiting; discarding this rejection notice")
+        self.assertTrue((self.events / "bad.json.rejected").exists())
 
     def test_exec_gets_it_once_and_a_failure_is_not_retried(self):
         out = self.dir / "out"
