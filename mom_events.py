@@ -1571,8 +1571,8 @@ def _log_error(event: Event, exc: BaseException) -> None:
 class _Files:
     """What the watcher knows of each event file and what becomes of it: it
     turns what the scanner saw into schedule entries (read, judged, retried,
-    scheduled, dropped) and what falls due into channel jobs, and runs those
-    jobs (the handler, the history, the file's deletion).  Its state and the
+    scheduled, rejected, dropped) and what falls due into channel jobs, and
+    runs those jobs (the handler, the history, the file's deletion).  Its state and the
     schedule's are guarded by ``lock``; ``perform`` runs on a worker thread."""
 
     def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: Optional[_History],
