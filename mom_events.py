@@ -281,13 +281,13 @@ def parse_event(data: str | bytes, filename: str) -> Event:
     return Event(filename, kind, channel_id, text, schedule=schedule, timezone=tz_name)
 
 
-def _past_reason(at: str, due: float, now: float) -> str:
-    """Why a one-shot written after its time is rejected, with the time now
-    at the same offset: a wrong year or a UTC time written with a local offset
-    shows at a glance."""
-    here = datetime.fromisoformat(at).tzinfo
-    return (f'"at" {_clip(at)} is {_span(now - due)} in the past '
-            f"(it is now {datetime.fromtimestamp(now, here).isoformat(timespec='seconds')})")
+def _past_reason(at: str, now: float) -> str:
+    """Why a one-shot written after its (valid) ``at`` is rejected, with the
+    time now at the same offset: a wrong year or a UTC time written with a
+    local offset shows at a glance."""
+    when = datetime.fromisoformat(at)
+    return (f'"at" {_clip(at)} is {_span(now - when.timestamp())} in the past '
+            f"(it is now {datetime.fromtimestamp(now, when.tzinfo).isoformat(timespec='seconds')})")
 
 
 _WRITTEN = ("channelId", "at", "schedule", "timezone")
@@ -1665,7 +1665,7 @@ class _Files:
             self._retry_later(f, now, exc, data)
             return
         f.attempts = 0
-        self._plan(f, now)
+        self._plan(f, now, data)
 
     def _retry_later(self, f: _File, now: float, exc: EventError, data: bytes) -> None:
         """The writer may be mid-write: retry after 100, 200 and 400 ms."""
@@ -1732,8 +1732,9 @@ class _Files:
                 self._cancel(f)
                 f.spent, f.event = True, None
 
-    def _plan(self, f: _File, now: float) -> None:
-        """A valid event: run it, schedule it, or drop it by its type's rules."""
+    def _plan(self, f: _File, now: float, data: bytes) -> None:
+        """A valid event (``data``, just read): run it, schedule it, reject it
+        or drop it by its type's rules."""
         event = f.event
         if event.type == "immediate":
             # Only the start-up scan judges staleness: a file that appears later
@@ -1756,7 +1757,7 @@ class _Files:
                     f.event = replace(event, late=now - due)
                     self._enqueue(f, due)
                 else:
-                    self._invalid(f, _past_reason(event.at, due, now))
+                    self._invalid(f, _past_reason(event.at, now), data)
             elif self.misfire_grace > 0 and now - due <= self.misfire_grace:
                 log.info("%s: one-shot was due at %s, %.0f s before start-up; running it late (misfire grace)",
                          f.name, event.at, now - due)
@@ -2534,7 +2535,7 @@ def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
     if event.type == "one-shot":
         due = _parse_at(event.at, name).timestamp()
         if due <= now:
-            return False, f"{name}: {what}: {_past_reason(event.at, due, now)}; it will not run"
+            return False, f"{name}: {what}: {_past_reason(event.at, now)}; it will not run"
         return True, f"{name}: ok: {what}, at {event.at} (in {_span(due - now)})"
     after, times = datetime.fromtimestamp(now, timezone.utc), []
     for _ in range(3):
