@@ -290,7 +290,7 @@ def _past_reason(at: str, now: float) -> str:
             f"(it is now {datetime.fromtimestamp(now, when.tzinfo).isoformat(timespec='seconds')})")
 
 
-_WRITTEN = ("channelId", "at", "schedule", "timezone")
+_WRITTEN = ("type", "channelId", "at", "schedule", "timezone")
 
 
 def _as_written(data: str | bytes) -> dict[str, str]:
@@ -733,9 +733,14 @@ def _ignored(name: str, kind: str) -> str:
     return f"{name}: ignored: it is a {kind}, not a regular file"
 
 
-def _read_file(path: str) -> bytes:
-    """Read at most 1 MiB + 1 byte.  O_NONBLOCK: a FIFO swapped in after the
-    scan must never block the scheduler; fstat then refuses it unread."""
+def _read_file(path: str) -> tuple[bytes, tuple]:
+    """Read at most 1 MiB + 1 byte; returns it with the signature of the file
+    it came from, taken after reading.  What the harness remembers of a file
+    must describe the bytes it read, not what a scan saw before (the writer
+    may have finished since); a write landing during the read gives an mtime
+    after the read began, which the racy rule then checks again.  O_NONBLOCK:
+    a FIFO swapped in after the scan must never block the scheduler; fstat
+    then refuses it unread."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     fd = os.open(path, flags)
     try:
@@ -749,7 +754,7 @@ def _read_file(path: str) -> bytes:
                 break
             chunks.append(chunk)
             remaining -= len(chunk)
-        return b"".join(chunks)
+        return b"".join(chunks), _signature(os.fstat(fd))
     finally:
         os.close(fd)
 
@@ -874,12 +879,17 @@ class _Scanner:
         one's inode number and times (any thread)."""
         self._forgotten.append(name)
 
-    def note_read(self, name: str, digest: int, read_ns: int) -> None:
-        """Its content was read at ``read_ns``.  git's racy rule: read less
-        than a timestamp tick after its mtime, it may change again without
-        changing the stat, so later scans compare it again until it is older."""
-        entry = self._snapshot.get(name)
-        if entry is not None and entry.sig is not None and _is_racy(read_ns, entry.mtime_ns):
+    def note_read(self, name: str, digest: int, read_ns: int, sig: tuple) -> None:
+        """Its content, whose file had ``sig``, was read from ``read_ns`` on.
+        The snapshot takes ``sig``: a file completed after the scan saw it
+        half-written is not a change still to come.  git's racy rule: read
+        less than a timestamp tick after its mtime, it may change again
+        without changing the stat, so later scans compare it again until it
+        is older."""
+        if name not in self._snapshot:
+            return  # gone meanwhile, or forgotten: the next scan says what it is
+        entry = self._snapshot[name] = _Entry(sig)
+        if _is_racy(read_ns, entry.mtime_ns):
             self._fresh[name] = digest
         else:
             self._fresh.pop(name, None)
@@ -965,8 +975,9 @@ class _Scanner:
                 continue
             old = snapshot.get(name)
             if old is not None and old.sig is not None:  # the common case, kept lean:
-                try:                                     # any write changes the ctime
-                    if os.stat(name, dir_fd=fd).st_ctime_ns == old.sig[4]:
+                try:                                     # any write changes the ctime (or,
+                    st = os.stat(name, dir_fd=fd)        # within one tick of it, the size)
+                    if st.st_ctime_ns == old.sig[4] and st.st_size == old.sig[2]:
                         continue
                 except (OSError, TypeError):  # TypeError: no descriptor
                     pass
@@ -1007,7 +1018,7 @@ class _Scanner:
                 continue
             read_ns = time.time_ns()
             try:
-                data = _read_file(self._prefix + name)
+                data, _ = _read_file(self._prefix + name)
             except (OSError, _NotRegular):
                 continue  # the next scan sees what happened to it
             if _digest(data) != digest:
@@ -1635,7 +1646,7 @@ class _Files:
     def _load(self, f: _File, now: float) -> None:
         read_ns = time.time_ns()
         try:
-            data = _read_file(os.path.join(self.directory, f.name))
+            data, sig = _read_file(os.path.join(self.directory, f.name))
         except (FileNotFoundError, _NotRegular) as exc:  # gone, or swapped since the scan
             self._forget(f.name, "file removed" if isinstance(exc, OSError) else "file is no longer a regular file")
             self._scanner.forget(f.name)  # the next scan says what has the name now
@@ -1648,16 +1659,18 @@ class _Files:
         digest = _digest(data)
         if f.spent and digest == f.digest:
             return  # the content that already ran and could not be deleted
+        if f.attempts and (sig != f.sig or digest != f.digest):
+            f.attempts = 0  # the writer is still at work (even if only to truncate): the retries start over
         f.spent = False
-        f.digest = digest
-        self._scanner.note_read(f.name, digest, read_ns)
+        f.sig, f.digest = sig, digest
+        self._scanner.note_read(f.name, digest, read_ns, sig)
         try:
             f.event = parse_event(data, f.name)
         except _NeedsCroniter as exc:
             f.event = None
             if not f.quiet:
                 log.error("%s; leaving the file in place", exc)
-                self._record("invalid", f.name, detail=exc.reason + "; the file stays")
+                self._record_invalid(f.name, exc.reason + "; the file stays", data)
                 f.quiet = True
             return
         except EventError as exc:
@@ -1685,12 +1698,15 @@ class _Files:
         self._cancel(f)
         path = os.path.join(self.directory, f.name)
         try:
-            if _signature(os.stat(path)) != f.sig:
-                return  # written again since it was judged: the next scan reads it anew
             if data is None:
-                data = _read_file(path)
+                data, sig = _read_file(path)
+            else:
+                sig = _signature(os.stat(path))
         except (OSError, _NotRegular):
-            return  # gone or replaced: the next scan tells
+            sig = None
+        if sig != f.sig:  # gone, or written again since it was judged: whatever has
+            self._scanner.forget(f.name)  # the name now is read anew at the next scan
+            return
         rejected = f.name + ".rejected"
         try:
             os.replace(path, os.path.join(self.directory, rejected))
@@ -1705,9 +1721,9 @@ class _Files:
             fate = f"The file is now {rejected}: fix it and move it back to {f.name}."
             self._forget(f.name)
             self._scanner.forget(f.name)  # a file written again under this name is new
-        self._record("invalid", f.name, detail=reason)
+        written = self._record_invalid(f.name, reason, data)
         if fate is not None and self._notify_rejected:
-            event = _rejected_event(f.name, reason, _as_written(data), fate)
+            event = _rejected_event(f.name, reason, written, fate)
             if event is not None:
                 self._put(_Job(event.channel_id, event=event))
 
@@ -1868,7 +1884,7 @@ class _Files:
             st = os.stat(path)
             if _signature(st) != job.sig:
                 return
-            if _is_racy(time.time_ns(), st.st_mtime_ns) and _digest(_read_file(path)) != job.digest:
+            if _is_racy(time.time_ns(), st.st_mtime_ns) and _digest(_read_file(path)[0]) != job.digest:
                 return
         except (OSError, _NotRegular):
             return  # gone or replaced: the next scan tells
@@ -1894,6 +1910,14 @@ class _Files:
         """History, if kept; costs one call when not (it runs on the firing path)."""
         if self.history is not None:
             self.history.record(outcome, filename, event, **fields)
+
+    def _record_invalid(self, filename: str, reason: str, data: bytes) -> dict[str, str]:
+        """The ``invalid`` line, with the type and channel the file gives, as
+        written; returns what the file says of itself."""
+        written = _as_written(data)
+        self._record("invalid", filename, type=written.get("type"), channelId=written.get("channelId"),
+                     detail=reason)
+        return written
 
 
 class EventsWatcher:
@@ -2522,7 +2546,7 @@ def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
     if entry.sig is None:
         return False, _ignored(name, entry.kind)
     try:
-        event = parse_event(_read_file(path), name)
+        event = parse_event(_read_file(path)[0], name)
     except EventError as exc:
         return False, str(exc)
     except _NotRegular as exc:

@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import os
+import random
 import re
 import signal
 import socket
@@ -552,7 +553,6 @@ class CronReferenceTest(unittest.TestCase):
             self.assertEqual(got, expected, f"{schedule!r} in {zone} after {after}")
 
     def test_random_patterns_match_the_reference(self):
-        import random
         rng = random.Random(11)
         base = utc(2025, 1, 1).timestamp()
         for _ in range(2000):
@@ -647,7 +647,6 @@ class FuzzTest(unittest.TestCase):
         self.assertGreater(result, after)
 
     def test_mutated_event_files(self):
-        import random
         rng = random.Random(7)
         for _ in range(3000):
             data = rng.choice(self.SEEDS)
@@ -659,7 +658,6 @@ class FuzzTest(unittest.TestCase):
                 self.assertWrittenFields(data.encode("utf-8", "surrogatepass"))
 
     def test_random_schedules_and_zones(self):
-        import random
         rng = random.Random(8)
         alphabet = "0123456789*/,-#L? @abcdefghijklmnopqrstuvwxyzMONFRI"
         zones = ["UTC", "Europe/Vienna", "", "Mars/Olympus", "../../etc/passwd", "EST5EDT", "9" * 5000]
@@ -724,7 +722,6 @@ class SchedulePartTest(unittest.TestCase):
         self.assertEqual(list(s.pop_due(10.0)), [])
 
     def test_random_operations_match_a_plain_model(self):
-        import random
         rng = random.Random(3)
         for _ in range(200):
             s, model, now = mom_events._Schedule(), {}, 0.0  # model: name -> [(due, action)]
@@ -789,7 +786,7 @@ class ScannerPartTest(unittest.TestCase):
         scanner = mom_events._Scanner(str(d), 0.2)
         (d / "a.json").write_text("AAAA")
         (sig_name, sig), = scanner.scan(startup=True).changed
-        scanner.note_read("a.json", mom_events._digest(b"AAAA"), time.time_ns())
+        scanner.note_read("a.json", mom_events._digest(b"AAAA"), time.time_ns(), sig)
         before = os.stat(d / "a.json")
         (d / "a.json").write_text("BBBB")
         os.utime(d / "a.json", ns=(before.st_atime_ns, before.st_mtime_ns))  # the same stat as far as mtime goes
@@ -809,7 +806,6 @@ class ChannelsPartTest(unittest.TestCase):
     def test_random_operations_match_a_plain_model(self):
         """Each job starts at the head of its channel's queue, alone on its
         channel; at most five wait; a withdrawn job never runs."""
-        import random
         rng = random.Random(5)
         for _ in range(150):
             model, jobs, problems = {}, [], []  # model: channel -> labels waiting, in order
@@ -2339,7 +2335,7 @@ class RejectedInProcessTest(unittest.TestCase):
         self.assertTrue(h.exists("bad.json.rejected"))
         lines = [(r["filename"], r["outcome"], r["type"]) for r in read_history(h.dir / ".history.jsonl")
                  if r["filename"] == "bad.json"]
-        self.assertEqual(lines, [("bad.json", "invalid", None), ("bad.json", "discarded", "rejected")])
+        self.assertEqual(lines, [("bad.json", "invalid", "immediate"), ("bad.json", "discarded", "rejected")])
 
     def test_a_notice_waits_its_turn_and_takes_a_place(self):
         h = Harness(self)
@@ -3215,6 +3211,220 @@ class ChurnTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["immediate"])
         h.advance(300)
         self.assertEqual(h.texts(), ["immediate", "one-shot"])
+
+
+class MidWriteTest(unittest.TestCase):
+    """What the harness remembers of a file describes the bytes it read: a
+    file completed during the parse retries has one fate, soon."""
+
+    def settle(self, h, seconds=2.0):
+        for _ in range(int(seconds / 0.2)):
+            h.tick(h.now + 0.2)
+
+    def test_a_file_completed_in_place_during_the_retries_runs_once_and_is_deleted(self):
+        h = Harness(self)
+        h.start()
+        whole = json.dumps(immediate(text="written in two parts"))
+        h.write("w.json", whole[:20])
+        h.tick(h.now + 0.1)  # half-written: retried
+        with open(h.dir / "w.json", "a") as file:
+            file.write(whole[20:])
+        h.w._files.run_due(h.now + 0.1)  # the retry reads it whole
+        h.run_workers()
+        self.settle(h)
+        self.assertEqual(h.texts(), ["written in two parts"])
+        self.assertFalse(h.exists("w.json"))
+
+    def test_a_fix_moved_in_during_the_retries_runs_once_and_is_deleted(self):
+        h = Harness(self)
+        h.start()
+        put(h.dir, "w.json", {"type": "immediate", "channelId": "C1"})  # no text yet
+        h.tick(h.now + 0.1)
+        h.w._files.run_due(h.now + 0.1)
+        put(h.dir, "w.json", immediate(text="fixed"))  # a new inode, moved in near the last retry
+        h.w._files.run_due(h.now + 0.3)
+        h.run_workers()
+        self.settle(h)
+        self.assertEqual(h.texts(), ["fixed"])
+        self.assertFalse(h.exists("w.json"))
+        self.assertFalse(h.exists("w.json.rejected"))
+
+    def test_a_one_shot_completed_after_its_time_is_rejected_and_not_also_run(self):
+        h = Harness(self)
+        h.start()
+        at = h.now + 1
+        whole = json.dumps(one_shot(at, text="straddles its time"))
+        h.write("o.json", whole[:30], mtime=at - 1)
+        h.tick(h.now + 0.95)
+        h.write("o.json", whole, mtime=at + 0.02)  # finished just after its time
+        h.now += 0.1
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.w._files.run_due(h.now)
+            h.run_workers()
+            self.settle(h)
+        self.assertEqual([e.type for _, e in h.fired], ["rejected"])
+        self.assertTrue(h.exists("o.json.rejected"))
+        self.assertIn("in the past", "\n".join(logs.output))
+
+    def test_an_oversized_file_still_growing_through_the_retries_is_rejected_soon(self):
+        h = Harness(self)
+        h.start()
+        h.write("big.json", b"x" * (2 * mom_events.MAX_FILE_BYTES))
+        h.tick(h.now + 0.1)
+        with open(h.dir / "big.json", "ab") as file:  # the writer goes on after the scan
+            file.write(b"x" * mom_events.MAX_FILE_BYTES)
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            for delay in (0.1, 0.1, 0.2, 0.4):  # the first retry sees it grown: they start over
+                h.now += delay
+                h.w._files.run_due(h.now)
+        self.assertFalse(h.exists("big.json"))
+        self.assertTrue(h.exists("big.json.rejected"))
+        self.assertIn("big.json: file is larger than 1 MiB; renamed to big.json.rejected", logs.output[0])
+
+    def test_the_sweep_sees_a_size_change_within_one_ctime_tick(self):
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), mom_events._SWEEP_EVERY)
+        (d / "a.json").write_text("AAAAAAAA")
+        scanner.scan(startup=True)
+        ino, dev, size, mtime, ctime = scanner._snapshot["a.json"].sig
+        # as if the scan had stat'ed it mid-write, in the same ctime tick as the last write
+        scanner._snapshot["a.json"] = mom_events._Entry((ino, dev, size - 4, mtime, ctime))
+        changes = scanner.scan()
+        self.assertIsNotNone(changes)
+        self.assertEqual([name for name, _ in changes.changed], ["a.json"])
+
+    def test_a_retry_that_finds_the_writer_still_at_work_starts_the_retries_over(self):
+        h = Harness(self)
+        h.start()
+        h.write("w.json", "{")
+        h.tick(h.now + 0.1)
+        for delay, part in ((0.1, '"type"'), (0.2, ': "immediate"'), (0.4, ', "channelId": "C1"')):
+            with open(h.dir / "w.json", "a") as file:  # a slow writer, seen only by the retries
+                file.write(part)
+            h.now += delay
+            h.w._files.run_due(h.now)
+        self.assertTrue(h.exists("w.json"))
+        self.assertEqual(h.w._files._known["w.json"].attempts, 1)
+
+    def test_the_invalid_line_names_the_type_and_channel_the_file_gives(self):
+        h = Harness(self, history=None)
+        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h.start()
+        h.write("bad.json", {"type": "one-shot", "channelId": "C7", "text": "x", "at": "tomorrow"})
+        with self.assertLogs("mom_events", "ERROR"):
+            h.tick(h.now + 0.1)
+            h.advance(1)
+        invalid = [r for r in read_history(h.dir / ".history.jsonl") if r["outcome"] == "invalid"]
+        self.assertEqual([(r["type"], r["channelId"]) for r in invalid], [("one-shot", "C7")])
+
+
+class MidWriteFuzzTest(unittest.TestCase):
+    """Timing fuzz against a plain model, on the real thread and real files:
+    writers put one to three versions of a file, each in one to four parts
+    with random gaps (0-600 ms, spanning the retries), in place or by ``mv``,
+    valid or not, one-shots around their time.  Every final content has
+    exactly one fate (it ran once, or it was rejected once and kept); no
+    content runs twice; nothing runs that was never written whole."""
+
+    ROUNDS, WRITERS = 2, 24
+
+    def test_every_final_content_has_exactly_one_fate(self):
+        for seed in range(self.ROUNDS):
+            with self.subTest(seed=seed):
+                self.round(random.Random(seed))
+
+    def round(self, rng):
+        d = temp_dir(self, "mom_events_midwrite_")
+        fired, lock = [], threading.Lock()
+
+        def handler(event):
+            with lock:
+                fired.append(event)
+
+        start = time.time()
+        plans = [self.plan(rng, f"f{i}.json", start) for i in range(self.WRITERS)]
+        finals = {}
+        with self.assertLogs("mom_events", "DEBUG"), EventsWatcher(d, handler, poll_interval=0.04):
+            threads = [threading.Thread(target=self.write, args=(d, name, versions, finals))
+                       for name, versions in plans]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            settled = wait_for(lambda: not any(p.name.endswith(".json") for p in d.iterdir()), timeout=15)
+            time.sleep(0.3)  # what is due has run; anything doubled would show by now
+        self.assertTrue(settled, sorted(p.name for p in d.iterdir()))
+        written = {content.get("text") for _, versions in plans for content, _, _ in versions
+                   if isinstance(content, dict)}
+        texts = [e.text for e in fired if e.type != "rejected"]
+        self.assertEqual([t for t in texts if texts.count(t) > 1], [], "a content ran twice")
+        self.assertLessEqual(set(texts), written, "something ran that was never written whole")
+        for name, versions in plans:
+            content, data, mtime = finals[name]
+            ran = [e for e in fired if e.filename == name and e.type != "rejected"]
+            notices = [e for e in fired if e.filename == name and e.type == "rejected"]
+            kept = d / (name + ".rejected")
+            runs = (content.get("text") if isinstance(content, dict) else None) in {e.text for e in ran}
+            valid = self.valid(content) and not (content["type"] == "one-shot" and mtime >= content["_due"])
+            with self.subTest(name=name, final=data):
+                if valid:
+                    self.assertTrue(runs, f"the final version never ran: {[e.text for e in ran]}")
+                    self.assertFalse(kept.exists() and kept.read_bytes() == data, "also rejected")
+                else:
+                    self.assertFalse(runs, "an invalid final version ran")
+                    self.assertTrue(kept.exists() and kept.read_bytes() == data, "not kept as rejected")
+                    self.assertGreaterEqual(len(notices), 1)
+                self.assertLessEqual(len(notices), sum(not self.valid(c) or c["type"] == "one-shot"
+                                                       for c, _, _ in versions))
+
+    @staticmethod
+    def valid(content):
+        return isinstance(content, dict) and "text" in content and "_due" in content
+
+    def plan(self, rng, name, start):
+        """One writer's versions: (content, bytes, gaps between its parts)."""
+        versions = []
+        for k in range(rng.randint(1, 3)):
+            kind = rng.choice(["immediate", "one-shot"])
+            content = {"type": kind, "channelId": f"C{rng.randint(1, 4)}", "text": f"{name}-v{k}"}
+            due = start
+            if kind == "one-shot":
+                due = start + rng.uniform(0.2, 3.0)
+                content["at"] = datetime.fromtimestamp(due, timezone.utc).isoformat()
+            if rng.random() < 0.35:  # invalid: a field missing, or an "at" without offset
+                if kind == "one-shot" and rng.random() < 0.5:
+                    content["at"] = content["at"][:-6]
+                else:
+                    del content["text"]
+            data = json.dumps({k: v for k, v in content.items()}).encode()
+            if self.valid_json_event(content):
+                content["_due"] = due
+            cuts = sorted(rng.sample(range(1, len(data)), rng.randint(0, 3)))
+            parts = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+            gaps = [rng.uniform(0, 0.6) for _ in parts]
+            versions.append((content, data, (parts, gaps, rng.random() < 0.5)))
+        return name, versions
+
+    @staticmethod
+    def valid_json_event(content):
+        return "text" in content and ("at" not in content or content["at"][-6] in "+-")
+
+    @staticmethod
+    def write(d, name, versions, finals):
+        for content, data, (parts, gaps, in_place) in versions:
+            target = d / name
+            path = target if in_place else d / f".{name}.tmp"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                for part, gap in zip(parts, gaps):
+                    time.sleep(gap)
+                    os.write(fd, part)
+                mtime = os.fstat(fd).st_mtime_ns / 1e9
+            finally:
+                os.close(fd)
+            if not in_place:
+                os.rename(path, target)
+            finals[name] = (content, data, mtime)
 
 
 class MisfireGraceTest(unittest.TestCase):
