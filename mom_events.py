@@ -58,6 +58,17 @@ log = logging.getLogger("mom_events")
 TYPES = ("immediate", "one-shot", "periodic")
 MAX_FILE_BYTES = 1024 * 1024
 
+# The longest a field may be, in characters.  A channel ID is a chat
+# service's short token (Slack's are about 11 characters, Discord's 19
+# digits, a Matrix room ID at most 255 bytes); a cron schedule with every
+# value of all six fields listed is 561; the longest IANA timezone name is
+# 32.  Anything longer is a mistake, or a file out to make the harness keep
+# megabytes per channel or per cached schedule.  A file name needs no check
+# in the watcher: Linux filesystems allow at most 255 bytes, which is at most
+# 255 characters; parse_event holds the names it is given to the same.
+_MAX_LENGTH = {"channelId": 255, "schedule": 1000, "timezone": 64}
+_MAX_NAME = 255
+
 # git's "racy timestamp" problem: a file (or directory) looked at less than
 # one timestamp tick after its mtime may change again within that tick without
 # its stat changing, so it is looked at again on the next scan until it is
@@ -222,7 +233,15 @@ def _string_field(obj: dict, key: str, filename: str) -> str:
         raise EventError(filename, f'"{key}" must be a string, not {_json_type(value)}')
     if not value.strip():
         raise EventError(filename, f'"{key}" is empty')
+    _check_length(key, value, filename)
     return value
+
+
+def _check_length(key: str, value: str, filename: Optional[str]) -> None:
+    """Refuse a field longer than its ``_MAX_LENGTH``, if it has one."""
+    limit = _MAX_LENGTH.get(key)
+    if limit is not None and len(value) > limit:
+        raise EventError(filename, f'"{key}" is {len(value)} characters long (at most {limit})')
 
 
 def _json_type(value: object) -> str:
@@ -249,6 +268,9 @@ def _parse_at(at: str, filename: str) -> datetime:
 
 def parse_event(data: str | bytes, filename: str) -> Event:
     """Parse and validate one event file's content; raise EventError."""
+    if len(filename) > _MAX_NAME:
+        raise EventError(_clip(filename), f"the file name is {len(filename)} characters long "
+                                          f"(at most {_MAX_NAME}, as on Linux filesystems)")
     obj = _decode_json(data, filename)
     if not isinstance(obj, dict):
         raise EventError(filename, f"expected a JSON object, not {_json_type(obj)}")
@@ -273,6 +295,7 @@ def parse_event(data: str | bytes, filename: str) -> Event:
     if not isinstance(obj["timezone"], str):
         raise EventError(filename, f'"timezone" must be a string, not {_json_type(obj["timezone"])}')
     tz_name = obj["timezone"]
+    _check_length("timezone", tz_name, filename)
     try:
         _zone(tz_name)
         _compile_cron(schedule)
@@ -309,8 +332,8 @@ def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: s
     """The event that tells the agent, on the channel its file names, that
     the file was rejected, why, and what became of it; None without one."""
     channel = written.get("channelId", "")
-    if not channel.strip():
-        return None
+    if not channel.strip() or len(channel) > _MAX_LENGTH["channelId"]:
+        return None  # no channel to tell, or none a chat service would have
     return Event(filename, "rejected", channel, f"{reason.rstrip('.')}. {fate}",
                  at=written.get("at"), schedule=written.get("schedule"), timezone=written.get("timezone"))
 
@@ -330,6 +353,9 @@ class _CronError(ValueError):
 
 @lru_cache(maxsize=256)
 def _zone(name: str) -> ZoneInfo:
+    """The zone, cached.  Only real zones' names are kept (a call that raises
+    caches nothing), and ZoneInfo accepts only normalized names of the
+    tzdata files, so the cache stays small whatever files say."""
     if not name.strip():
         raise _CronError('"timezone" is empty')
     try:
@@ -596,7 +622,12 @@ def _transition(tz: ZoneInfo, low: datetime, high: datetime) -> datetime:
 
 @lru_cache(maxsize=1024)
 def _compile_cron(expression: str) -> _Cron:
-    """Validated, bound and cached: many files share a handful of schedules."""
+    """Validated, bound and cached: many files share a handful of schedules.
+    The cache is keyed on the text as written, so its size is bounded by
+    the callers: parse_event and next_fire refuse a schedule longer than
+    _MAX_LENGTH (a valid one could otherwise be a megabyte of spaces or
+    repeated list items), and an invalid one is never cached.  1024 of the
+    longest hold about 5 MB."""
     try:
         cron = _Cron(expression)
         cron.bind()
@@ -613,6 +644,8 @@ def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
     A bad schedule or timezone raises EventError."""
     if after.tzinfo is None or after.utcoffset() is None:
         raise ValueError("next_fire needs an aware datetime for 'after'")
+    _check_length("schedule", schedule, None)
+    _check_length("timezone", timezone, None)
     try:
         tz = _zone(timezone)
         return _compile_cron(schedule).next_after(tz, after).astimezone(tz)
@@ -1187,7 +1220,11 @@ class _Channels:
 
     It knows nothing of files.  A job is run as ``perform(job)`` (a submitted
     fn by itself) on a worker, without this part's lock held, so ``perform``
-    may take the watcher's; the watcher, holding its own lock, may call in."""
+    may take the watcher's; the watcher, holding its own lock, may call in.
+
+    A channel is kept only while a job of it runs, waits or it is ready:
+    files may name a new channel every time, and a channel with nothing to
+    do costs nothing (``_retire``)."""
 
     def __init__(self, perform: Callable[[_Job], None], max_queued: int, on_lost_loop: Callable[[], None]):
         self.loop: Optional[asyncio.AbstractEventLoop] = None
@@ -1212,8 +1249,11 @@ class _Channels:
 
     def put(self, job: _Job) -> bool:
         """Queue an occurrence; False when its channel already has
-        ``max_queued`` waiting (the running one not counted)."""
+        ``max_queued`` waiting (the running one not counted).  After
+        ``close`` it is taken and dropped at once, as close drops what waits."""
         with self._lock:
+            if self._closed:
+                return True
             channel = self._channel(job.channel)
             if len(channel.waiting) >= self._max_queued:
                 return False
@@ -1224,9 +1264,10 @@ class _Channels:
     def submit(self, channel_id: str, fn: Callable[[], object]) -> bool:
         """Queue ``fn`` unless the channel runs or has anything waiting."""
         with self._lock:
-            channel = self._channel(channel_id)
-            if self._closed or channel.running is not None or channel.waiting:
+            channel = self._queues.get(channel_id)
+            if self._closed or channel is not None and (channel.running is not None or channel.waiting):
                 return False
+            channel = self._channel(channel_id)
             channel.waiting.append(_Job(channel_id, fn=fn))
             self._kick(channel)
             return True
@@ -1238,7 +1279,7 @@ class _Channels:
             channel = self._queues.get(job.channel)
             if channel is None or job not in channel.waiting:
                 return False
-            channel.waiting.remove(job)
+            channel.waiting.remove(job)  # a channel left empty is ready: its worker retires it
             return True
 
     def is_waiting(self, job: _Job) -> bool:
@@ -1260,9 +1301,10 @@ class _Channels:
         """Drop what waits, run nothing more; idle workers go."""
         with self._lock:
             self._closed = True
-            for channel in self._queues.values():
+            for channel in list(self._queues.values()):
                 channel.waiting.clear()
                 channel.ready = False
+                self._retire(channel)  # a running one goes when its job ends
             self._ready.clear()
             self._work.notify_all()
 
@@ -1285,6 +1327,14 @@ class _Channels:
         if channel is None:
             channel = self._queues[channel_id] = _Channel(channel_id)
         return channel
+
+    def _retire(self, channel: _Channel) -> None:
+        """Forget a channel with nothing running, waiting or ready; the next
+        job for its ID makes it anew.  A ready one is left to the worker that
+        takes it from the ready queue, so that one ID never has two."""
+        if channel.running is None and not channel.waiting and not channel.ready:
+            if self._queues.get(channel.id) is channel:
+                del self._queues[channel.id]
 
     def _kick(self, channel: _Channel) -> None:
         """A job waits on the channel: make it ready, unless one of its jobs
@@ -1347,7 +1397,8 @@ class _Channels:
                     channel = self._ready.popleft()
                     channel.ready = False
                     if not channel.waiting:
-                        continue  # its jobs were withdrawn meanwhile
+                        self._retire(channel)  # its jobs were withdrawn meanwhile
+                        continue
                     job = channel.waiting.popleft()
                     channel.running, channel.thread = job, me
                     self._busy_since[me] = time.monotonic()
@@ -1361,6 +1412,7 @@ class _Channels:
                     channel.running = channel.thread = None
                     if channel.waiting:
                         self._kick(channel)
+                    self._retire(channel)
                     self._done.notify_all()
             finally:
                 self._workers -= 1

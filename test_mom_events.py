@@ -673,15 +673,16 @@ class FuzzTest(unittest.TestCase):
                                            utc(2026, 1, 1) + timedelta(seconds=rng.uniform(0, 1e8)))
 
     def test_long_numbers_and_far_dates(self):
-        for schedule in ("0 0 " + "1" * 5000 + " * *", "*/" + "7" * 5000 + " * * * *",
-                         "0 0 * * 1#" + "9" * 5000):
-            with self.assertRaises(EventError) as caught:
-                parse_event(json.dumps(periodic(schedule)), "long.json")
-            self.assertLess(len(str(caught.exception)), 200)
-            self.assertTrue(str(caught.exception).startswith("long.json: bad schedule '"))
-            with self.assertRaises(EventError):
-                next_fire(schedule, "UTC", utc(2026, 1, 1))
-        self.assertEqual(next_fire("0 " + "0" * 5000 + "1 * * *", "UTC", utc(2026, 1, 1)), utc(2026, 1, 1, 1))
+        for digits, reason in ((900, "bad schedule '"), (5000, '"schedule" is 50')):  # 5000: too long to read
+            for schedule in ("0 0 " + "1" * digits + " * *", "*/" + "7" * digits + " * * * *",
+                             "0 0 * * 1#" + "9" * digits):
+                with self.assertRaises(EventError) as caught:
+                    parse_event(json.dumps(periodic(schedule)), "long.json")
+                self.assertLess(len(str(caught.exception)), 200)
+                self.assertTrue(str(caught.exception).startswith(f"long.json: {reason}"), caught.exception)
+                with self.assertRaises(EventError):
+                    next_fire(schedule, "UTC", utc(2026, 1, 1))
+        self.assertEqual(next_fire("0 " + "0" * 900 + "1 * * *", "UTC", utc(2026, 1, 1)), utc(2026, 1, 1, 1))
         for at in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
             with self.assertRaises(EventError) as caught:
                 parse_event(json.dumps(one_shot(at)), "far.json")
@@ -2580,6 +2581,112 @@ class ShutdownTest(CliCase):
 
 def read_history(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+class LengthLimitTest(unittest.TestCase):
+    """Issue: memory grew with every channel ever seen.  Fields have maximum
+    lengths, and a channel with nothing to do is forgotten."""
+
+    def test_long_fields_are_rejected_with_their_length(self):
+        cases = [(immediate("C" * 600000), '"channelId" is 600000 characters long (at most 255)'),
+                 (periodic("0 9 * * *" + " " * 992), '"schedule" is 1001 characters long (at most 1000)'),
+                 (periodic(tz="Europe/" + "x" * 58), '"timezone" is 65 characters long (at most 64)')]
+        for obj, reason in cases:
+            with self.subTest(reason=reason), self.assertRaises(EventError) as caught:
+                parse_event(json.dumps(obj), "x.json")
+            self.assertEqual(str(caught.exception), f"x.json: {reason}")
+        with self.assertRaises(EventError) as caught:
+            parse_event(json.dumps(immediate()), "n" * 251 + ".json")
+        self.assertEqual(caught.exception.reason, "the file name is 256 characters long (at most 255, as on Linux "
+                                                  "filesystems)")
+        self.assertLess(len(str(caught.exception)), 150)
+        with self.assertRaises(EventError) as caught:
+            next_fire("0 9 * * *" + " " * 992, "UTC", utc(2025, 1, 1))
+        self.assertEqual(str(caught.exception), '"schedule" is 1001 characters long (at most 1000)')
+        # the longest allowed are accepted
+        self.assertEqual(parse_event(json.dumps(immediate("C" * 255)), "x.json").channel_id, "C" * 255)
+        event = parse_event(json.dumps(periodic("0 9 * * *" + " " * 991)), "n" * 250 + ".json")
+        self.assertEqual(len(event.schedule), 1000)
+        self.assertEqual(next_fire(event.schedule, "UTC", utc(2025, 1, 1)), utc(2025, 1, 1, 9))
+
+    def test_a_refused_schedule_never_reaches_the_cache(self):
+        """The cache is keyed on the text as written: half a megabyte of
+        spaces would be kept, 1024 times over."""
+        misses = mom_events._compile_cron.cache_info().misses
+        with self.assertRaises(EventError):
+            parse_event(json.dumps(periodic("0 9 * * *" + " " * 500000)), "x.json")
+        with self.assertRaises(EventError):
+            next_fire("0 9 * * *" + " " * 500001, "UTC", utc(2025, 1, 1))
+        self.assertEqual(mom_events._compile_cron.cache_info().misses, misses)
+
+    def test_a_file_naming_a_huge_channel_is_rejected_without_a_notice(self):
+        h = Harness(self)
+        h.start()
+        h.write("big.json", immediate("C" * 500000))
+        h.tick(h.now + 0.1)
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.advance(1)  # the retries run out
+        self.assertRegex(logs.output[0], r'big\.json: "channelId" is 500000 characters long \(at most 255\); '
+                                         r'renamed to big\.json\.rejected$')
+        self.assertEqual(h.fired, [])
+        self.assertTrue(h.exists("big.json.rejected"))
+        self.assertEqual(h.w._channels._queues, {})
+
+    def test_channels_are_forgotten_once_nothing_runs_or_waits(self):
+        h = Harness(self)
+        h.start()
+        for i in range(50):
+            h.write(f"e{i}.json", immediate(f"C{i}", text=str(i)))
+        h.tick(h.now + 0.1)
+        self.assertEqual(len(h.fired), 50)
+        self.assertEqual(h.w._channels._queues, {})
+        self.assertTrue(h.w.submit("C1", lambda: None))
+        h.run_workers()
+        self.assertEqual(h.w._channels._queues, {})
+
+    def test_every_path_keeps_only_channels_with_something_to_do(self):
+        """put, submit, withdraw and close, also from inside a running job, and
+        the worker loop, on random operations: after each, the channels kept
+        are exactly those running, waiting or ready."""
+        import random
+        rng = random.Random(8)
+
+        def check():
+            busy = {ch.id for ch in c._queues.values() if ch.running or ch.waiting or ch.ready}
+            self.assertEqual(set(c._queues), busy)
+            self.assertTrue(all(c._queues[ch.id] is ch for ch in c._ready))
+
+        for _ in range(100):
+            jobs, workers = [], []
+
+            def act(running=False):
+                op = rng.random()
+                channel = rng.choice("ABCD")
+                if op < 0.4:
+                    jobs.append(mom_events._Job(channel))
+                    c.put(jobs[-1])
+                elif op < 0.55:
+                    c.submit(channel, lambda: act(running=True))
+                elif op < 0.85 and jobs:
+                    c.withdraw(rng.choice(jobs))
+                elif op < 0.88:
+                    c.close()
+                elif not running:
+                    while workers:
+                        workers.pop(0)()
+                        check()
+                if not running:
+                    check()
+
+            c = mom_events._Channels(lambda job: act(running=True) if rng.random() < 0.5 else None, 3,
+                                     lambda: None)
+            c._spawn, c._linger = hold(workers), 0
+            for _ in range(30):
+                act()
+            while workers:
+                workers.pop(0)()
+            check()
+            self.assertEqual(c._queues, {})
 
 
 class AsyncTest(unittest.TestCase):
