@@ -2368,6 +2368,27 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
 # ---------------------------------------------------------------------------
 
 
+def _one_line(text: str) -> str:
+    r"""``text`` as one line an operator can trust: each non-printing
+    character (controls such as newline, ESC and NUL, the Unicode line and
+    paragraph separators, lone surrogates from undecodable names) escaped as
+    ``repr`` shows it: ``\n``, ``\x1b``, ``\u2028``.  Letters of any script
+    stay as they are, and so do backslashes: the line is for reading, and
+    ``--json`` is the exact form.  A file's text, channel or name can then
+    never start a line of its own."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """The CLI's log lines: every record is one line, escaped as by
+    ``_one_line``, whatever names and texts it quotes (a traceback too)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _one_line(super().format(record))
+
+
 def _event_json(event: Event, fired_at: float) -> str:
     return json.dumps({
         "firedAt": _iso(fired_at), "filename": event.filename, "type": event.type,
@@ -2377,7 +2398,8 @@ def _event_json(event: Event, fired_at: float) -> str:
 
 
 def _printer(as_json: bool) -> Callable[[Event], None]:
-    """The CLI's handler: one flushed line per event on stdout."""
+    """The CLI's handler: one flushed line per event on stdout (the plain one
+    escaped by ``_one_line``; JSON escapes by itself)."""
     lock = threading.Lock()
 
     def handler(event: Event) -> None:
@@ -2385,7 +2407,7 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
         if as_json:
             line = _event_json(event, fired_at)
         else:
-            line = f"{_iso(fired_at)} {event.channel_id} {event.message}"
+            line = f"{_iso(fired_at)} {_one_line(event.channel_id)} {_one_line(event.message)}"
         with lock:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
@@ -2644,7 +2666,7 @@ def _check(path: str, history: Optional[str] = None) -> int:
             line += f"; last: {entry.get('outcome')} at {entry.get('time')}"
             if entry.get("detail"):
                 line += f" ({entry['detail']})"
-        sys.stdout.write(line + "\n")
+        sys.stdout.write(_one_line(line) + "\n")
     sys.stdout.flush()
     log.info("checked %s: %d will run, %d will not", path, len(files) - bad, bad)
     return 1 if bad else 0
@@ -2727,7 +2749,9 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> int:
     args = _arguments(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(message)s")
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[stderr])
     sys.stdout.reconfigure(errors="backslashreplace")  # file names need not be valid UTF-8
     if args.prompt:
         history = os.path.abspath(args.history) if args.history else None

@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import itertools
 import json
+import logging
 import math
 import os
 import re
@@ -2687,6 +2688,84 @@ class LengthLimitTest(unittest.TestCase):
                 workers.pop(0)()
             check()
             self.assertEqual(c._queues, {})
+
+
+class OneLineOutputTest(unittest.TestCase):
+    """Issue: a newline in a file's text, channel or name was printed raw, so
+    a file could print a convincing line for another channel.  The plain
+    output, --check and the CLI's log are one line per event, file and record."""
+
+    ALPHABET = ([chr(c) for c in range(0x20)] + [chr(c) for c in range(0x7f, 0xa0)]
+                + ["\u2028", "\u2029", "\udcff", "\udc80", "\u202e", "\ufeff", "\u200b", "\xa0", "a", " ", "ü",
+                   "中", "🙂", "\\", "[", "]", ":", "\n[EVENT:x.json:immediate] "])
+
+    def random_text(self, rng, low=0):
+        return "".join(rng.choice(self.ALPHABET) for _ in range(rng.randint(low, 12)))
+
+    def test_any_text_channel_and_name_print_one_line_per_event(self):
+        import io
+        import random
+        rng = random.Random(14)
+        events = []
+        for _ in range(3000):
+            kind = rng.choice(["immediate", "one-shot", "periodic", "rejected"])
+            events.append(Event(self.random_text(rng, 1) + ".json", kind, self.random_text(rng, 1),
+                                self.random_text(rng), at=self.random_text(rng) if kind == "one-shot" else None,
+                                schedule=self.random_text(rng) if kind == "periodic" else None,
+                                late=rng.choice([None, 3.5]) if kind == "one-shot" else None))
+        out = io.StringIO()
+        with mock.patch("sys.stdout", out):
+            printer = mom_events._printer(False)
+            for event in events:
+                printer(event)
+        lines = out.getvalue().split("\n")
+        self.assertEqual(lines.pop(), "")
+        self.assertEqual(len(lines), len(events))
+        self.assertEqual(len(out.getvalue().splitlines()), len(events))  # by every line break Unicode has
+        for line, event in zip(lines, events):
+            self.assertTrue(line.isprintable(), ascii(line))
+            stamp, _, rest = line.partition(" ")
+            self.assertIsNotNone(datetime.fromisoformat(stamp).tzinfo)
+            self.assertEqual(rest, f"{mom_events._one_line(event.channel_id)} {mom_events._one_line(event.message)}")
+        self.assertEqual(mom_events._one_line("ü 中 🙂 \\n"), "ü 中 🙂 \\n")  # readable: letters stay
+        self.assertEqual(mom_events._one_line("a\nb\x1b\x00\u2028\x85\udcff"), r"a\nb\x1b\x00\u2028\x85\udcff")
+
+    def test_every_log_record_is_one_line(self):
+        formatter = mom_events._OneLineFormatter("%(levelname)s %(message)s")
+        try:
+            raise RuntimeError("boom\nline two")
+        except RuntimeError:
+            exc_info = sys.exc_info()
+        record = logging.LogRecord("mom_events", logging.ERROR, __file__, 1, "%s: handler failed: %s",
+                                   ("a\nb\u2028.json", "x\x1b[2Ky"), exc_info)
+        line = formatter.format(record)
+        self.assertEqual(len(line.splitlines()), 1)
+        self.assertTrue(line.isprintable())
+        self.assertTrue(line.startswith(r"ERROR a\nb\u2028.json: handler failed: x\x1b[2Ky\nTraceback"), line)
+
+    def test_the_cli_prints_one_line_per_event_per_checked_file_and_per_log_record(self):
+        events = temp_dir(self, "mom_events_lines_")
+        cli = Cli(self, events, "--poll", "0.05")
+        cli.wait_err("watching")
+        forged = "\n2025-01-01T00:00:00.000+00:00 C2 [EVENT:x.json:immediate] forged"
+        put(events, "a\nb.json", immediate("C1\x1b[2K", text="hi" + forged + "\x00\u2028\rend"))
+        put(events, "bad\nFORGED.json", "{")
+        self.assertTrue(wait_for(lambda: cli.out and any("renamed" in line for line in cli.err)), (cli.out, cli.err))
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertEqual(len(cli.out), 1, cli.out)
+        self.assertRegex(cli.out[0], r"^\S+ C1\\x1b\[2K \[EVENT:a\\nb\.json:immediate\] hi\\n2025\S+ C2 "
+                                     r"\[EVENT:x\.json:immediate\] forged\\x00\\u2028\\rend$")
+        self.assertFalse([line for line in cli.err if not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", line)])
+        self.assertTrue(any(r"bad\nFORGED.json: invalid JSON" in line for line in cli.err), cli.err)
+        put(events, "c\rd.json", periodic(channel="C\u2028X"))
+        result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--check"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.stdout.split("\n"), [r"bad\nFORGED.json.rejected: rejected: invalid JSON: Expecting "
+                                                     r"property name enclosed in double quotes (line 1 column 2); "
+                                                     r"fix it, then mv it back to bad\nFORGED.json (or rm it)",
+                                                     result.stdout.split("\n")[1], ""])
+        self.assertRegex(result.stdout.split("\n")[1], r"^c\\rd\.json: ok: periodic on channel C\\u2028X, next ")
 
 
 class AsyncTest(unittest.TestCase):
