@@ -1511,10 +1511,14 @@ def _iso(timestamp: Optional[float], timespec: str = "milliseconds") -> Optional
 
 class _History:
     """Appends one JSON object per line to a file.  Each line is one
-    ``write`` on an ``O_APPEND`` descriptor, so lines never interleave; a file
+    ``write`` (more only after a short one) on an ``O_APPEND`` descriptor,
+    under a lock, so lines never interleave; a file
     renamed away (logrotate) is followed to the new one at the path, and one
     truncated in place (``copytruncate``) is appended to at its new end.  A
-    history that cannot be written is logged once and never stops events."""
+    history that cannot be written is logged once and never stops events.
+    Every line is whole: a short write (a full disk, a file size limit) is
+    followed by the rest; when that fails, the fragment written stays alone
+    on its own line, which readers skip as unparseable."""
 
     def __init__(self, path):
         self.path = os.fspath(path)
@@ -1522,6 +1526,7 @@ class _History:
         self._fd: Optional[int] = None
         self._id: Optional[tuple] = None
         self._broken = False
+        self._torn = False  # the file ends in a fragment of a line we wrote
 
     def record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
         """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
@@ -1539,7 +1544,7 @@ class _History:
             try:
                 if self._fd is None or self._rotated():
                     self._open()
-                os.write(self._fd, data)
+                self._append(data)
             except OSError as exc:
                 self._close()
                 if not self._broken:
@@ -1550,6 +1555,17 @@ class _History:
             if self._broken:
                 log.warning("the history %s is written again", self.path)
                 self._broken = False
+
+    def _append(self, line: bytes) -> None:
+        """Write all of ``line``; after a fragment, start on a new line."""
+        rest = memoryview(b"\n" + line if self._torn else line)
+        while rest:
+            written = os.write(self._fd, rest)
+            if not written:
+                raise OSError("nothing was written")
+            self._torn = True
+            rest = rest[written:]
+        self._torn = False
 
     def _rotated(self) -> bool:
         try:
@@ -1562,6 +1578,8 @@ class _History:
         self._close()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != self._id:
+            self._torn = False  # not the file our fragment is in
         self._fd, self._id = fd, (st.st_dev, st.st_ino)
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import unittest
@@ -2766,6 +2767,58 @@ class OneLineOutputTest(unittest.TestCase):
                                                      r"fix it, then mv it back to bad\nFORGED.json (or rm it)",
                                                      result.stdout.split("\n")[1], ""])
         self.assertRegex(result.stdout.split("\n")[1], r"^c\\rd\.json: ok: periodic on channel C\\u2028X, next ")
+
+
+class HistoryShortWriteTest(unittest.TestCase):
+    """Issue: os.write's count was ignored, so a short write on a full disk
+    or at a file size limit left a fragment, and the next line was glued onto
+    it and lost."""
+
+    def test_a_short_write_is_followed_by_the_rest(self):
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
+        history = mom_events._History(path)
+        self.addCleanup(history.close)
+        real = os.write
+
+        def short(fd, data):  # a third of what it is given, at least a byte
+            return real(fd, bytes(data[:max(1, len(data) // 3)]))
+
+        with mock.patch("os.write", short), self.assertNoLogs("mom_events"):
+            for i in range(5):
+                history.record("done", f"{i}.json", detail="x" * 100)
+        self.assertEqual([r["filename"] for r in read_history(path)], [f"{i}.json" for i in range(5)])
+
+    def test_a_fragment_left_at_a_file_size_limit_stays_alone_on_its_line(self):
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
+        script = textwrap.dedent("""
+            import logging, os, resource, sys
+            sys.path.insert(0, sys.argv[1])
+            import mom_events
+            logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+            history = mom_events._History(sys.argv[2])
+            history.record("queued", "first.json")
+            soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(sys.argv[2]) + 40, hard))
+            for i in range(3):  # the first is cut short at the limit, the others fail whole
+                history.record("done", f"lost{i}.json", detail="y" * 100)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+            history.record("done", "after.json")
+            history.record("done", "last.json")
+        """)
+        result = subprocess.run([sys.executable, "-c", script, str(HERE), str(path)], capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len([line for line in result.stderr.splitlines() if "cannot write the history" in line]),
+                         1, result.stderr)
+        self.assertIn("is written again", result.stderr)
+        lines = path.read_bytes().split(b"\n")
+        self.assertEqual(lines.pop(), b"")
+        self.assertEqual(len(lines), 4, lines)
+        self.assertEqual(len(lines[1]), 40)  # the fragment, alone
+        self.assertTrue(lines[1].startswith(b'{"time": '))
+        self.assertEqual([json.loads(lines[i])["filename"] for i in (0, 2, 3)],
+                         ["first.json", "after.json", "last.json"])
+        self.assertEqual(set(mom_events._last_outcomes(str(path))), {"first.json", "after.json", "last.json"})
 
 
 class AsyncTest(unittest.TestCase):
