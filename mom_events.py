@@ -58,6 +58,17 @@ log = logging.getLogger("mom_events")
 TYPES = ("immediate", "one-shot", "periodic")
 MAX_FILE_BYTES = 1024 * 1024
 
+# The longest a field may be, in characters.  A channel ID is a chat
+# service's short token (Slack's are about 11 characters, Discord's 19
+# digits, a Matrix room ID at most 255 bytes); a cron schedule with every
+# value of all six fields listed is 561; the longest IANA timezone name is
+# 32.  Anything longer is a mistake, or a file out to make the harness keep
+# megabytes per channel or per cached schedule.  A file name needs no check
+# in the watcher: Linux filesystems allow at most 255 bytes, which is at most
+# 255 characters; parse_event holds the names it is given to the same.
+_MAX_LENGTH = {"channelId": 255, "schedule": 1000, "timezone": 64}
+_MAX_NAME = 255
+
 # git's "racy timestamp" problem: a file (or directory) looked at less than
 # one timestamp tick after its mtime may change again within that tick without
 # its stat changing, so it is looked at again on the next scan until it is
@@ -222,7 +233,15 @@ def _string_field(obj: dict, key: str, filename: str) -> str:
         raise EventError(filename, f'"{key}" must be a string, not {_json_type(value)}')
     if not value.strip():
         raise EventError(filename, f'"{key}" is empty')
+    _check_length(key, value, filename)
     return value
+
+
+def _check_length(key: str, value: str, filename: Optional[str]) -> None:
+    """Refuse a field longer than its ``_MAX_LENGTH``, if it has one."""
+    limit = _MAX_LENGTH.get(key)
+    if limit is not None and len(value) > limit:
+        raise EventError(filename, f'"{key}" is {len(value)} characters long (at most {limit})')
 
 
 def _json_type(value: object) -> str:
@@ -249,6 +268,9 @@ def _parse_at(at: str, filename: str) -> datetime:
 
 def parse_event(data: str | bytes, filename: str) -> Event:
     """Parse and validate one event file's content; raise EventError."""
+    if len(filename) > _MAX_NAME:
+        raise EventError(_clip(filename), f"the file name is {len(filename)} characters long "
+                                          f"(at most {_MAX_NAME}, as on Linux filesystems)")
     obj = _decode_json(data, filename)
     if not isinstance(obj, dict):
         raise EventError(filename, f"expected a JSON object, not {_json_type(obj)}")
@@ -273,6 +295,7 @@ def parse_event(data: str | bytes, filename: str) -> Event:
     if not isinstance(obj["timezone"], str):
         raise EventError(filename, f'"timezone" must be a string, not {_json_type(obj["timezone"])}')
     tz_name = obj["timezone"]
+    _check_length("timezone", tz_name, filename)
     try:
         _zone(tz_name)
         _compile_cron(schedule)
@@ -309,8 +332,8 @@ def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: s
     """The event that tells the agent, on the channel its file names, that
     the file was rejected, why, and what became of it; None without one."""
     channel = written.get("channelId", "")
-    if not channel.strip():
-        return None
+    if not channel.strip() or len(channel) > _MAX_LENGTH["channelId"]:
+        return None  # no channel to tell, or none a chat service would have
     return Event(filename, "rejected", channel, f"{reason.rstrip('.')}. {fate}",
                  at=written.get("at"), schedule=written.get("schedule"), timezone=written.get("timezone"))
 
@@ -330,6 +353,9 @@ class _CronError(ValueError):
 
 @lru_cache(maxsize=256)
 def _zone(name: str) -> ZoneInfo:
+    """The zone, cached.  Only real zones' names are kept (a call that raises
+    caches nothing), and ZoneInfo accepts only normalized names of the
+    tzdata files, so the cache stays small whatever files say."""
     if not name.strip():
         raise _CronError('"timezone" is empty')
     try:
@@ -596,7 +622,12 @@ def _transition(tz: ZoneInfo, low: datetime, high: datetime) -> datetime:
 
 @lru_cache(maxsize=1024)
 def _compile_cron(expression: str) -> _Cron:
-    """Validated, bound and cached: many files share a handful of schedules."""
+    """Validated, bound and cached: many files share a handful of schedules.
+    The cache is keyed on the text as written, so its size is bounded by
+    the callers: parse_event and next_fire refuse a schedule longer than
+    _MAX_LENGTH (a valid one could otherwise be a megabyte of spaces or
+    repeated list items), and an invalid one is never cached.  1024 of the
+    longest hold about 5 MB."""
     try:
         cron = _Cron(expression)
         cron.bind()
@@ -613,6 +644,8 @@ def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
     A bad schedule or timezone raises EventError."""
     if after.tzinfo is None or after.utcoffset() is None:
         raise ValueError("next_fire needs an aware datetime for 'after'")
+    _check_length("schedule", schedule, None)
+    _check_length("timezone", timezone, None)
     try:
         tz = _zone(timezone)
         return _compile_cron(schedule).next_after(tz, after).astimezone(tz)
@@ -1198,7 +1231,11 @@ class _Channels:
 
     It knows nothing of files.  A job is run as ``perform(job)`` (a submitted
     fn by itself) on a worker, without this part's lock held, so ``perform``
-    may take the watcher's; the watcher, holding its own lock, may call in."""
+    may take the watcher's; the watcher, holding its own lock, may call in.
+
+    A channel is kept only while a job of it runs, waits or it is ready:
+    files may name a new channel every time, and a channel with nothing to
+    do costs nothing (``_retire``)."""
 
     def __init__(self, perform: Callable[[_Job], None], max_queued: int, on_lost_loop: Callable[[], None]):
         self.loop: Optional[asyncio.AbstractEventLoop] = None
@@ -1223,8 +1260,11 @@ class _Channels:
 
     def put(self, job: _Job) -> bool:
         """Queue an occurrence; False when its channel already has
-        ``max_queued`` waiting (the running one not counted)."""
+        ``max_queued`` waiting (the running one not counted).  After
+        ``close`` it is taken and dropped at once, as close drops what waits."""
         with self._lock:
+            if self._closed:
+                return True
             channel = self._channel(job.channel)
             if len(channel.waiting) >= self._max_queued:
                 return False
@@ -1235,9 +1275,10 @@ class _Channels:
     def submit(self, channel_id: str, fn: Callable[[], object]) -> bool:
         """Queue ``fn`` unless the channel runs or has anything waiting."""
         with self._lock:
-            channel = self._channel(channel_id)
-            if self._closed or channel.running is not None or channel.waiting:
+            channel = self._queues.get(channel_id)
+            if self._closed or channel is not None and (channel.running is not None or channel.waiting):
                 return False
+            channel = self._channel(channel_id)
             channel.waiting.append(_Job(channel_id, fn=fn))
             self._kick(channel)
             return True
@@ -1249,7 +1290,7 @@ class _Channels:
             channel = self._queues.get(job.channel)
             if channel is None or job not in channel.waiting:
                 return False
-            channel.waiting.remove(job)
+            channel.waiting.remove(job)  # a channel left empty is ready: its worker retires it
             return True
 
     def is_waiting(self, job: _Job) -> bool:
@@ -1271,9 +1312,10 @@ class _Channels:
         """Drop what waits, run nothing more; idle workers go."""
         with self._lock:
             self._closed = True
-            for channel in self._queues.values():
+            for channel in list(self._queues.values()):
                 channel.waiting.clear()
                 channel.ready = False
+                self._retire(channel)  # a running one goes when its job ends
             self._ready.clear()
             self._work.notify_all()
 
@@ -1296,6 +1338,14 @@ class _Channels:
         if channel is None:
             channel = self._queues[channel_id] = _Channel(channel_id)
         return channel
+
+    def _retire(self, channel: _Channel) -> None:
+        """Forget a channel with nothing running, waiting or ready; the next
+        job for its ID makes it anew.  A ready one is left to the worker that
+        takes it from the ready queue, so that one ID never has two."""
+        if channel.running is None and not channel.waiting and not channel.ready:
+            if self._queues.get(channel.id) is channel:
+                del self._queues[channel.id]
 
     def _kick(self, channel: _Channel) -> None:
         """A job waits on the channel: make it ready, unless one of its jobs
@@ -1358,7 +1408,8 @@ class _Channels:
                     channel = self._ready.popleft()
                     channel.ready = False
                     if not channel.waiting:
-                        continue  # its jobs were withdrawn meanwhile
+                        self._retire(channel)  # its jobs were withdrawn meanwhile
+                        continue
                     job = channel.waiting.popleft()
                     channel.running, channel.thread = job, me
                     self._busy_since[me] = time.monotonic()
@@ -1372,6 +1423,7 @@ class _Channels:
                     channel.running = channel.thread = None
                     if channel.waiting:
                         self._kick(channel)
+                    self._retire(channel)
                     self._done.notify_all()
             finally:
                 self._workers -= 1
@@ -1470,10 +1522,14 @@ def _iso(timestamp: Optional[float], timespec: str = "milliseconds") -> Optional
 
 class _History:
     """Appends one JSON object per line to a file.  Each line is one
-    ``write`` on an ``O_APPEND`` descriptor, so lines never interleave; a file
+    ``write`` (more only after a short one) on an ``O_APPEND`` descriptor,
+    under a lock, so lines never interleave; a file
     renamed away (logrotate) is followed to the new one at the path, and one
     truncated in place (``copytruncate``) is appended to at its new end.  A
-    history that cannot be written is logged once and never stops events."""
+    history that cannot be written is logged once and never stops events.
+    Every line is whole: a short write (a full disk, a file size limit) is
+    followed by the rest; when that fails, the fragment written stays alone
+    on its own line, which readers skip as unparseable."""
 
     def __init__(self, path):
         self.path = os.fspath(path)
@@ -1481,6 +1537,7 @@ class _History:
         self._fd: Optional[int] = None
         self._id: Optional[tuple] = None
         self._broken = False
+        self._torn = False  # the file ends in a fragment of a line we wrote
 
     def record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
         """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
@@ -1498,7 +1555,7 @@ class _History:
             try:
                 if self._fd is None or self._rotated():
                     self._open()
-                os.write(self._fd, data)
+                self._append(data)
             except OSError as exc:
                 self._close()
                 if not self._broken:
@@ -1509,6 +1566,17 @@ class _History:
             if self._broken:
                 log.warning("the history %s is written again", self.path)
                 self._broken = False
+
+    def _append(self, line: bytes) -> None:
+        """Write all of ``line``; after a fragment, start on a new line."""
+        rest = memoryview(b"\n" + line if self._torn else line)
+        while rest:
+            written = os.write(self._fd, rest)
+            if not written:
+                raise OSError("nothing was written")
+            self._torn = True
+            rest = rest[written:]
+        self._torn = False
 
     def _rotated(self) -> bool:
         try:
@@ -1521,6 +1589,8 @@ class _History:
         self._close()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != self._id:
+            self._torn = False  # not the file our fragment is in
         self._fd, self._id = fd, (st.st_dev, st.st_ino)
 
     def close(self) -> None:
@@ -2340,6 +2410,27 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
 # ---------------------------------------------------------------------------
 
 
+def _one_line(text: str) -> str:
+    r"""``text`` as one line an operator can trust: each non-printing
+    character (controls such as newline, ESC and NUL, the Unicode line and
+    paragraph separators, lone surrogates from undecodable names) escaped as
+    ``repr`` shows it: ``\n``, ``\x1b``, ``\u2028``.  Letters of any script
+    stay as they are, and so do backslashes: the line is for reading, and
+    ``--json`` is the exact form.  A file's text, channel or name can then
+    never start a line of its own."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """The CLI's log lines: every record is one line, escaped as by
+    ``_one_line``, whatever names and texts it quotes (a traceback too)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _one_line(super().format(record))
+
+
 def _event_json(event: Event, fired_at: float) -> str:
     return json.dumps({
         "firedAt": _iso(fired_at), "filename": event.filename, "type": event.type,
@@ -2349,7 +2440,8 @@ def _event_json(event: Event, fired_at: float) -> str:
 
 
 def _printer(as_json: bool) -> Callable[[Event], None]:
-    """The CLI's handler: one flushed line per event on stdout."""
+    """The CLI's handler: one flushed line per event on stdout (the plain one
+    escaped by ``_one_line``; JSON escapes by itself)."""
     lock = threading.Lock()
 
     def handler(event: Event) -> None:
@@ -2357,7 +2449,7 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
         if as_json:
             line = _event_json(event, fired_at)
         else:
-            line = f"{_iso(fired_at)} {event.channel_id} {event.message}"
+            line = f"{_iso(fired_at)} {_one_line(event.channel_id)} {_one_line(event.message)}"
         with lock:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
@@ -2616,7 +2708,7 @@ def _check(path: str, history: Optional[str] = None) -> int:
             line += f"; last: {entry.get('outcome')} at {entry.get('time')}"
             if entry.get("detail"):
                 line += f" ({entry['detail']})"
-        sys.stdout.write(line + "\n")
+        sys.stdout.write(_one_line(line) + "\n")
     sys.stdout.flush()
     log.info("checked %s: %d will run, %d will not", path, len(files) - bad, bad)
     return 1 if bad else 0
@@ -2699,7 +2791,9 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> int:
     args = _arguments(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(message)s")
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[stderr])
     sys.stdout.reconfigure(errors="backslashreplace")  # file names need not be valid UTF-8
     if args.prompt:
         history = os.path.abspath(args.history) if args.history else None

@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import itertools
 import json
+import logging
 import math
 import os
 import random
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import unittest
@@ -671,15 +673,16 @@ class FuzzTest(unittest.TestCase):
                                            utc(2026, 1, 1) + timedelta(seconds=rng.uniform(0, 1e8)))
 
     def test_long_numbers_and_far_dates(self):
-        for schedule in ("0 0 " + "1" * 5000 + " * *", "*/" + "7" * 5000 + " * * * *",
-                         "0 0 * * 1#" + "9" * 5000):
-            with self.assertRaises(EventError) as caught:
-                parse_event(json.dumps(periodic(schedule)), "long.json")
-            self.assertLess(len(str(caught.exception)), 200)
-            self.assertTrue(str(caught.exception).startswith("long.json: bad schedule '"))
-            with self.assertRaises(EventError):
-                next_fire(schedule, "UTC", utc(2026, 1, 1))
-        self.assertEqual(next_fire("0 " + "0" * 5000 + "1 * * *", "UTC", utc(2026, 1, 1)), utc(2026, 1, 1, 1))
+        for digits, reason in ((900, "bad schedule '"), (5000, '"schedule" is 50')):  # 5000: too long to read
+            for schedule in ("0 0 " + "1" * digits + " * *", "*/" + "7" * digits + " * * * *",
+                             "0 0 * * 1#" + "9" * digits):
+                with self.assertRaises(EventError) as caught:
+                    parse_event(json.dumps(periodic(schedule)), "long.json")
+                self.assertLess(len(str(caught.exception)), 200)
+                self.assertTrue(str(caught.exception).startswith(f"long.json: {reason}"), caught.exception)
+                with self.assertRaises(EventError):
+                    next_fire(schedule, "UTC", utc(2026, 1, 1))
+        self.assertEqual(next_fire("0 " + "0" * 900 + "1 * * *", "UTC", utc(2026, 1, 1)), utc(2026, 1, 1, 1))
         for at in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
             with self.assertRaises(EventError) as caught:
                 parse_event(json.dumps(one_shot(at)), "far.json")
@@ -2578,6 +2581,242 @@ def read_history(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
+class LengthLimitTest(unittest.TestCase):
+    """Issue: memory grew with every channel ever seen.  Fields have maximum
+    lengths, and a channel with nothing to do is forgotten."""
+
+    def test_long_fields_are_rejected_with_their_length(self):
+        cases = [(immediate("C" * 600000), '"channelId" is 600000 characters long (at most 255)'),
+                 (periodic("0 9 * * *" + " " * 992), '"schedule" is 1001 characters long (at most 1000)'),
+                 (periodic(tz="Europe/" + "x" * 58), '"timezone" is 65 characters long (at most 64)')]
+        for obj, reason in cases:
+            with self.subTest(reason=reason), self.assertRaises(EventError) as caught:
+                parse_event(json.dumps(obj), "x.json")
+            self.assertEqual(str(caught.exception), f"x.json: {reason}")
+        with self.assertRaises(EventError) as caught:
+            parse_event(json.dumps(immediate()), "n" * 251 + ".json")
+        self.assertEqual(caught.exception.reason, "the file name is 256 characters long (at most 255, as on Linux "
+                                                  "filesystems)")
+        self.assertLess(len(str(caught.exception)), 150)
+        with self.assertRaises(EventError) as caught:
+            next_fire("0 9 * * *" + " " * 992, "UTC", utc(2025, 1, 1))
+        self.assertEqual(str(caught.exception), '"schedule" is 1001 characters long (at most 1000)')
+        # the longest allowed are accepted
+        self.assertEqual(parse_event(json.dumps(immediate("C" * 255)), "x.json").channel_id, "C" * 255)
+        event = parse_event(json.dumps(periodic("0 9 * * *" + " " * 991)), "n" * 250 + ".json")
+        self.assertEqual(len(event.schedule), 1000)
+        self.assertEqual(next_fire(event.schedule, "UTC", utc(2025, 1, 1)), utc(2025, 1, 1, 9))
+
+    def test_a_refused_schedule_never_reaches_the_cache(self):
+        """The cache is keyed on the text as written: half a megabyte of
+        spaces would be kept, 1024 times over."""
+        misses = mom_events._compile_cron.cache_info().misses
+        with self.assertRaises(EventError):
+            parse_event(json.dumps(periodic("0 9 * * *" + " " * 500000)), "x.json")
+        with self.assertRaises(EventError):
+            next_fire("0 9 * * *" + " " * 500001, "UTC", utc(2025, 1, 1))
+        self.assertEqual(mom_events._compile_cron.cache_info().misses, misses)
+
+    def test_a_file_naming_a_huge_channel_is_rejected_without_a_notice(self):
+        h = Harness(self)
+        h.start()
+        h.write("big.json", immediate("C" * 500000))
+        h.tick(h.now + 0.1)
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.advance(1)  # the retries run out
+        self.assertRegex(logs.output[0], r'big\.json: "channelId" is 500000 characters long \(at most 255\); '
+                                         r'renamed to big\.json\.rejected$')
+        self.assertEqual(h.fired, [])
+        self.assertTrue(h.exists("big.json.rejected"))
+        self.assertEqual(h.w._channels._queues, {})
+
+    def test_channels_are_forgotten_once_nothing_runs_or_waits(self):
+        h = Harness(self)
+        h.start()
+        for i in range(50):
+            h.write(f"e{i}.json", immediate(f"C{i}", text=str(i)))
+        h.tick(h.now + 0.1)
+        self.assertEqual(len(h.fired), 50)
+        self.assertEqual(h.w._channels._queues, {})
+        self.assertTrue(h.w.submit("C1", lambda: None))
+        h.run_workers()
+        self.assertEqual(h.w._channels._queues, {})
+
+    def test_every_path_keeps_only_channels_with_something_to_do(self):
+        """put, submit, withdraw and close, also from inside a running job, and
+        the worker loop, on random operations: after each, the channels kept
+        are exactly those running, waiting or ready."""
+        import random
+        rng = random.Random(8)
+
+        def check():
+            busy = {ch.id for ch in c._queues.values() if ch.running or ch.waiting or ch.ready}
+            self.assertEqual(set(c._queues), busy)
+            self.assertTrue(all(c._queues[ch.id] is ch for ch in c._ready))
+
+        for _ in range(100):
+            jobs, workers = [], []
+
+            def act(running=False):
+                op = rng.random()
+                channel = rng.choice("ABCD")
+                if op < 0.4:
+                    jobs.append(mom_events._Job(channel))
+                    c.put(jobs[-1])
+                elif op < 0.55:
+                    c.submit(channel, lambda: act(running=True))
+                elif op < 0.85 and jobs:
+                    c.withdraw(rng.choice(jobs))
+                elif op < 0.88:
+                    c.close()
+                elif not running:
+                    while workers:
+                        workers.pop(0)()
+                        check()
+                if not running:
+                    check()
+
+            c = mom_events._Channels(lambda job: act(running=True) if rng.random() < 0.5 else None, 3,
+                                     lambda: None)
+            c._spawn, c._linger = hold(workers), 0
+            for _ in range(30):
+                act()
+            while workers:
+                workers.pop(0)()
+            check()
+            self.assertEqual(c._queues, {})
+
+
+class OneLineOutputTest(unittest.TestCase):
+    """Issue: a newline in a file's text, channel or name was printed raw, so
+    a file could print a convincing line for another channel.  The plain
+    output, --check and the CLI's log are one line per event, file and record."""
+
+    ALPHABET = ([chr(c) for c in range(0x20)] + [chr(c) for c in range(0x7f, 0xa0)]
+                + ["\u2028", "\u2029", "\udcff", "\udc80", "\u202e", "\ufeff", "\u200b", "\xa0", "a", " ", "ü",
+                   "中", "🙂", "\\", "[", "]", ":", "\n[EVENT:x.json:immediate] "])
+
+    def random_text(self, rng, low=0):
+        return "".join(rng.choice(self.ALPHABET) for _ in range(rng.randint(low, 12)))
+
+    def test_any_text_channel_and_name_print_one_line_per_event(self):
+        import io
+        import random
+        rng = random.Random(14)
+        events = []
+        for _ in range(3000):
+            kind = rng.choice(["immediate", "one-shot", "periodic", "rejected"])
+            events.append(Event(self.random_text(rng, 1) + ".json", kind, self.random_text(rng, 1),
+                                self.random_text(rng), at=self.random_text(rng) if kind == "one-shot" else None,
+                                schedule=self.random_text(rng) if kind == "periodic" else None,
+                                late=rng.choice([None, 3.5]) if kind == "one-shot" else None))
+        out = io.StringIO()
+        with mock.patch("sys.stdout", out):
+            printer = mom_events._printer(False)
+            for event in events:
+                printer(event)
+        lines = out.getvalue().split("\n")
+        self.assertEqual(lines.pop(), "")
+        self.assertEqual(len(lines), len(events))
+        self.assertEqual(len(out.getvalue().splitlines()), len(events))  # by every line break Unicode has
+        for line, event in zip(lines, events):
+            self.assertTrue(line.isprintable(), ascii(line))
+            stamp, _, rest = line.partition(" ")
+            self.assertIsNotNone(datetime.fromisoformat(stamp).tzinfo)
+            self.assertEqual(rest, f"{mom_events._one_line(event.channel_id)} {mom_events._one_line(event.message)}")
+        self.assertEqual(mom_events._one_line("ü 中 🙂 \\n"), "ü 中 🙂 \\n")  # readable: letters stay
+        self.assertEqual(mom_events._one_line("a\nb\x1b\x00\u2028\x85\udcff"), r"a\nb\x1b\x00\u2028\x85\udcff")
+
+    def test_every_log_record_is_one_line(self):
+        formatter = mom_events._OneLineFormatter("%(levelname)s %(message)s")
+        try:
+            raise RuntimeError("boom\nline two")
+        except RuntimeError:
+            exc_info = sys.exc_info()
+        record = logging.LogRecord("mom_events", logging.ERROR, __file__, 1, "%s: handler failed: %s",
+                                   ("a\nb\u2028.json", "x\x1b[2Ky"), exc_info)
+        line = formatter.format(record)
+        self.assertEqual(len(line.splitlines()), 1)
+        self.assertTrue(line.isprintable())
+        self.assertTrue(line.startswith(r"ERROR a\nb\u2028.json: handler failed: x\x1b[2Ky\nTraceback"), line)
+
+    def test_the_cli_prints_one_line_per_event_per_checked_file_and_per_log_record(self):
+        events = temp_dir(self, "mom_events_lines_")
+        cli = Cli(self, events, "--poll", "0.05")
+        cli.wait_err("watching")
+        forged = "\n2025-01-01T00:00:00.000+00:00 C2 [EVENT:x.json:immediate] forged"
+        put(events, "a\nb.json", immediate("C1\x1b[2K", text="hi" + forged + "\x00\u2028\rend"))
+        put(events, "bad\nFORGED.json", "{")
+        self.assertTrue(wait_for(lambda: cli.out and any("renamed" in line for line in cli.err)), (cli.out, cli.err))
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertEqual(len(cli.out), 1, cli.out)
+        self.assertRegex(cli.out[0], r"^\S+ C1\\x1b\[2K \[EVENT:a\\nb\.json:immediate\] hi\\n2025\S+ C2 "
+                                     r"\[EVENT:x\.json:immediate\] forged\\x00\\u2028\\rend$")
+        self.assertFalse([line for line in cli.err if not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", line)])
+        self.assertTrue(any(r"bad\nFORGED.json: invalid JSON" in line for line in cli.err), cli.err)
+        put(events, "c\rd.json", periodic(channel="C\u2028X"))
+        result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--check"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.stdout.split("\n"), [r"bad\nFORGED.json.rejected: rejected: invalid JSON: Expecting "
+                                                     r"property name enclosed in double quotes (line 1 column 2); "
+                                                     r"fix it, then mv it back to bad\nFORGED.json (or rm it)",
+                                                     result.stdout.split("\n")[1], ""])
+        self.assertRegex(result.stdout.split("\n")[1], r"^c\\rd\.json: ok: periodic on channel C\\u2028X, next ")
+
+
+class HistoryShortWriteTest(unittest.TestCase):
+    """Issue: os.write's count was ignored, so a short write on a full disk
+    or at a file size limit left a fragment, and the next line was glued onto
+    it and lost."""
+
+    def test_a_short_write_is_followed_by_the_rest(self):
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
+        history = mom_events._History(path)
+        self.addCleanup(history.close)
+        real = os.write
+
+        def short(fd, data):  # a third of what it is given, at least a byte
+            return real(fd, bytes(data[:max(1, len(data) // 3)]))
+
+        with mock.patch("os.write", short), self.assertNoLogs("mom_events"):
+            for i in range(5):
+                history.record("done", f"{i}.json", detail="x" * 100)
+        self.assertEqual([r["filename"] for r in read_history(path)], [f"{i}.json" for i in range(5)])
+
+    def test_a_fragment_left_at_a_file_size_limit_stays_alone_on_its_line(self):
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
+        script = textwrap.dedent("""
+            import logging, os, resource, sys
+            sys.path.insert(0, sys.argv[1])
+            import mom_events
+            logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+            history = mom_events._History(sys.argv[2])
+            history.record("queued", "first.json")
+            soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(sys.argv[2]) + 40, hard))
+            for i in range(3):  # the first is cut short at the limit, the others fail whole
+                history.record("done", f"lost{i}.json", detail="y" * 100)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+            history.record("done", "after.json")
+            history.record("done", "last.json")
+        """)
+        result = subprocess.run([sys.executable, "-c", script, str(HERE), str(path)], capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len([line for line in result.stderr.splitlines() if "cannot write the history" in line]),
+                         1, result.stderr)
+        self.assertIn("is written again", result.stderr)
+        lines = path.read_bytes().split(b"\n")
+        self.assertEqual(lines.pop(), b"")
+        self.assertEqual(len(lines), 4, lines)
+        self.assertEqual(len(lines[1]), 40)  # the fragment, alone
+        self.assertTrue(lines[1].startswith(b'{"time": '))
+        self.assertEqual([json.loads(lines[i])["filename"] for i in (0, 2, 3)],
+                         ["first.json", "after.json", "last.json"])
+        self.assertEqual(set(mom_events._last_outcomes(str(path))), {"first.json", "after.json", "last.json"})
+
+
 class AsyncTest(unittest.TestCase):
     def setUp(self):
         self.dir = temp_dir(self, "mom_events_async_")
@@ -3445,7 +3684,9 @@ class MisfireGraceTest(unittest.TestCase):
         h = Harness(self, misfire_grace=120)
         h.start()
         h.write("new.json", one_shot(h.now - 10), mtime=h.now)
-        h.tick(h.now + 0.1)
+        with self.assertLogs("mom_events", "ERROR") as logs:  # its one error line, kept off the suite's stderr
+            h.tick(h.now + 0.1)
+        self.assertRegex(logs.output[0], r'new\.json: "at" .* is 10 s in the past .*renamed to new\.json\.rejected$')
         self.assertEqual([e.type for _, e in h.fired], ["rejected"])
         self.assertTrue(h.exists("new.json.rejected"))
 

@@ -355,6 +355,45 @@ def burst(files: int, channels: int) -> tuple[float, int]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def channel_memory(count: int, hostile: int) -> tuple[float, float, float, float]:
+    """Resident MB of the CLI: idle before; when the last of ``count``
+    immediate events, each on a channel of its own (IDs of the longest
+    allowed length), has run; once their files are gone and the idle workers
+    have left; and once ``hostile`` more files, each naming a different
+    500 KB channel ID, have been rejected too."""
+    directory = fresh_dir()
+    try:
+        cli = Harness(directory)
+        cli.wait_ready(directory)
+        settle = mom_events._LINGER + 0.5  # idle workers leave
+
+        def gone(pattern: str, left: int) -> None:
+            deadline = time.time() + 120
+            while len(list(directory.glob(pattern))) > left and time.time() < deadline:
+                time.sleep(0.1)
+            time.sleep(settle)
+
+        time.sleep(settle)
+        before = cli.rss_mb()
+        for i in range(count):
+            write_atomic(directory / f"ch-{i:05d}.json",
+                         {"type": "immediate", "channelId": f"C{i:05d}".ljust(255, "x"), "text": f"channel {i}"})
+        for _ in range(count):
+            cli.next(60)
+        after = cli.rss_mb()
+        gone("ch-*.json", 0)
+        idle = cli.rss_mb()
+        for i in range(hostile):
+            write_atomic(directory / f"big-{i:03d}.json",
+                         {"type": "immediate", "channelId": f"{i:03d}".ljust(500_000, "x"), "text": "hostile"})
+        gone("big-*.json", 0)  # renamed to .json.rejected
+        rejected = cli.rss_mb()
+        cli.close()
+        return before, after, idle, rejected
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 # -- the table ------------------------------------------------------------------
 
 
@@ -421,6 +460,13 @@ def main() -> int:
     elapsed, rss = startup(10000)
     row("start-up to first new event, 10,000 periodic files", elapsed, "s", "<= 2 s", elapsed <= 2.0)
     row("resident memory, 10,000 periodic files", rss, "MB", "<= 40 MB", rss <= 40)
+
+    channels = 1000 if quick else 3000
+    before, after, idle, rejected = channel_memory(channels, 200)
+    row(f"resident memory once {channels:,} events on as many channels ran and are gone", idle, "MB",
+        "(for reference)", True, f"{before:.1f} MB before, {after:.1f} MB as the last ran")
+    row("resident memory once 200 files naming 500 KB channel IDs were rejected", rejected, "MB",
+        "(for reference)", True, f"{idle:.1f} MB before")
 
     spread, count = burst(10000, 2000)
     row("10,000 one-shots due in one second, 2,000 channels", spread, "s", "all within 1 s",
