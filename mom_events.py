@@ -318,22 +318,24 @@ _WRITTEN = ("type", "channelId", "at", "schedule", "timezone")
 
 def _as_written(data: str | bytes) -> dict[str, str]:
     """What a file that failed validation says of itself, as far as it can
-    be read: its string fields among ``_WRITTEN``, to tell the agent."""
+    be read: its string fields among ``_WRITTEN`` that are no longer than a
+    valid one could be, to tell the agent and the history."""
     try:
         obj = _decode_json(data, None)
     except EventError:
         return {}
     if not isinstance(obj, dict):
         return {}
-    return {key: obj[key] for key in _WRITTEN if isinstance(obj.get(key), str)}
+    return {key: value for key in _WRITTEN
+            if isinstance(value := obj.get(key), str) and len(value) <= _MAX_LENGTH.get(key, 64)}
 
 
 def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: str) -> Optional[Event]:
     """The event that tells the agent, on the channel its file names, that
     the file was rejected, why, and what became of it; None without one."""
     channel = written.get("channelId", "")
-    if not channel.strip() or len(channel) > _MAX_LENGTH["channelId"]:
-        return None  # no channel to tell, or none a chat service would have
+    if not channel.strip():
+        return None
     return Event(filename, "rejected", channel, f"{reason.rstrip('.')}. {fate}",
                  at=written.get("at"), schedule=written.get("schedule"), timezone=written.get("timezone"))
 
@@ -1537,7 +1539,7 @@ class _History:
         self._fd: Optional[int] = None
         self._id: Optional[tuple] = None
         self._broken = False
-        self._torn = False  # the file ends in a fragment of a line we wrote
+        self._torn = False  # the file ends in a fragment of a line
 
     def record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
         """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
@@ -1568,13 +1570,13 @@ class _History:
                 self._broken = False
 
     def _append(self, line: bytes) -> None:
-        """Write all of ``line``; after a fragment, start on a new line."""
+        """Write all of ``line``; after a fragment, start on a new line.  A
+        failure closes the file, and opening it again looks at its end."""
         rest = memoryview(b"\n" + line if self._torn else line)
         while rest:
             written = os.write(self._fd, rest)
             if not written:
                 raise OSError("nothing was written")
-            self._torn = True
             rest = rest[written:]
         self._torn = False
 
@@ -1587,10 +1589,12 @@ class _History:
 
     def _open(self) -> None:
         self._close()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != self._id:
-            self._torn = False  # not the file our fragment is in
+        try:  # a fragment, ours or a previous harness's, ends the file
+            self._torn = st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n"
+        except OSError:
+            self._torn = False
         self._fd, self._id = fd, (st.st_dev, st.st_ino)
 
     def close(self) -> None:

@@ -2816,6 +2816,15 @@ class HistoryShortWriteTest(unittest.TestCase):
                          ["first.json", "after.json", "last.json"])
         self.assertEqual(set(mom_events._last_outcomes(str(path))), {"first.json", "after.json", "last.json"})
 
+    def test_a_fragment_left_by_a_previous_harness_stays_alone_on_its_line(self):
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
+        path.write_bytes(b'{"outcome": "done"}\n{"time": "2026-11-2')  # it died mid-line
+        history = mom_events._History(path)
+        self.addCleanup(history.close)
+        history.record("done", "next.json")
+        self.assertEqual(path.read_bytes().split(b"\n")[1], b'{"time": "2026-11-2')
+        self.assertEqual(set(mom_events._last_outcomes(str(path))), {"next.json"})
+
 
 class AsyncTest(unittest.TestCase):
     def setUp(self):
