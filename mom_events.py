@@ -662,6 +662,62 @@ def _next_fire_ts(event: Event, now: float) -> float:
 
 
 # ---------------------------------------------------------------------------
+# Judging: what becomes of a valid event, decided once for the harness and
+# for --check alike
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Startup:
+    """What a start-up scan knows that a later one does not: an immediate
+    written before ``stale_before`` was written while no harness ran, and a
+    one-shot due at most ``misfire_grace`` seconds ago still runs."""
+
+    stale_before: float
+    misfire_grace: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """A valid event's fate: ``action`` is "schedule" (fire at ``due``),
+    "run" (now; ``due`` is when it was due, ``late`` by how much), "reject"
+    (the writer's mistake: ``reason``) or "drop" (delete it unrun, recording
+    ``outcome``).  ``reason`` also says, for the log, why it runs late or is
+    dropped."""
+
+    action: str
+    due: Optional[float] = None
+    late: Optional[float] = None
+    reason: str = ""
+    outcome: str = ""
+
+
+def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup]) -> _Verdict:
+    """The fate of a valid ``event`` whose file, modified at ``mtime_ns``, is
+    read at ``now``: by a start-up scan (``startup``), or by a harness that
+    was running when the file appeared (None; what --check assumes)."""
+    if event.type == "immediate":
+        # Only the start-up scan judges staleness: a file that appears later
+        # always runs, whatever mtime mv or cp -p gave it.
+        if startup is not None and mtime_ns < startup.stale_before * 1e9 - _TICK_NS:
+            return _Verdict("drop", outcome="stale", reason="immediate event from before start-up (stale)")
+        return _Verdict("run")
+    if event.type == "periodic":
+        return _Verdict("schedule", _next_fire_ts(event, now))
+    due = datetime.fromisoformat(event.at).timestamp()
+    if due > now:
+        return _Verdict("schedule", due)
+    if startup is None:  # judged by when it was written, not by when a poll saw it
+        if mtime_ns < due * 1e9:
+            return _Verdict("run", due, now - due, f"written before its time {event.at} but seen after it")
+        return _Verdict("reject", due, reason=_past_reason(event.at, now))
+    if startup.misfire_grace > 0 and now - due <= startup.misfire_grace:
+        return _Verdict("run", due, now - due,
+                        f"one-shot was due at {event.at}, {now - due:.0f} s before start-up (misfire grace)")
+    return _Verdict("drop", due, outcome="past", reason=f"one-shot time {event.at} has passed")
+
+
+# ---------------------------------------------------------------------------
 # Directory scanning: a scan is a value, and so is the difference of two
 # ---------------------------------------------------------------------------
 
@@ -1823,42 +1879,22 @@ class _Files:
                 f.spent, f.event = True, None
 
     def _plan(self, f: _File, now: float, data: bytes) -> None:
-        """A valid event (``data``, just read): run it, schedule it, reject it
-        or drop it by its type's rules."""
-        event = f.event
-        if event.type == "immediate":
-            # Only the start-up scan judges staleness: a file that appears later
-            # always runs, whatever mtime mv or cp -p gave it.
-            if f.at_startup and f.sig[3] < (self.started_at * 1e9) - _TICK_NS:
-                log.info("%s: immediate event from before start-up (stale); deleting it without running", f.name)
-                self._record("stale", f.name, event, detail="written before start-up")
-                self._delete(f)
-            else:
-                self._enqueue(f, None)
-        elif event.type == "one-shot":
-            due = _parse_at(event.at, f.name).timestamp()
-            if due > now:
-                self.schedule.push(f.name, due)
-            elif not f.at_startup:
-                # Judged by when it was written, not by when a poll saw it.
-                if f.sig[3] < due * 1e9:
-                    log.info("%s: written before its time %s but seen after it; running it now, late",
-                             f.name, event.at)
-                    f.event = replace(event, late=now - due)
-                    self._enqueue(f, due)
-                else:
-                    self._invalid(f, _past_reason(event.at, now), data)
-            elif self.misfire_grace > 0 and now - due <= self.misfire_grace:
-                log.info("%s: one-shot was due at %s, %.0f s before start-up; running it late (misfire grace)",
-                         f.name, event.at, now - due)
-                f.event = replace(event, late=now - due)
-                self._enqueue(f, due)
-            else:
-                log.info("%s: one-shot time %s has passed; deleting it without running", f.name, event.at)
-                self._record("past", f.name, event, dueAt=due)
-                self._delete(f)
+        """A valid event (``data``, just read): act on the judge's verdict."""
+        startup = _Startup(self.started_at, self.misfire_grace) if f.at_startup else None
+        verdict = _judge(f.event, f.sig[3], now, startup)
+        if verdict.action == "schedule":
+            self.schedule.push(f.name, verdict.due)
+        elif verdict.action == "run":
+            if verdict.late is not None:
+                log.info("%s: %s; running it now, late", f.name, verdict.reason)
+                f.event = replace(f.event, late=verdict.late)
+            self._enqueue(f, verdict.due)
+        elif verdict.action == "reject":
+            self._invalid(f, verdict.reason, data)
         else:
-            self.schedule.push(f.name, _next_fire_ts(event, now))
+            log.info("%s: %s; deleting it without running", f.name, verdict.reason)
+            self._record(verdict.outcome, f.name, f.event, dueAt=verdict.due)
+            self._delete(f)
 
     def _fire(self, f: _File, due: float, now: float) -> None:
         if f.event.type == "periodic":
@@ -2634,29 +2670,30 @@ def _report(event: Event, exc: BaseException) -> None:
 
 
 def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
-    """The verdict on one file, judged as an event named ``name`` would be
-    now: whether it will run, and a line saying when or what is wrong."""
-    entry = _stat_entry(path)
-    if entry is None:
-        return True, f"{name}: gone while checking"
-    if entry.sig is None:
-        return False, _ignored(name, entry.kind)
+    """The verdict on one file, judged as an event named ``name`` that a
+    running harness sees now would be: whether it will run, and a line saying
+    when or what is wrong."""
     try:
-        event = parse_event(_read_file(path)[0], name)
+        data, sig = _read_file(path)
+        event = parse_event(data, name)
     except EventError as exc:
         return False, str(exc)
     except _NotRegular as exc:
         return False, _ignored(name, str(exc))
+    except FileNotFoundError:
+        return True, f"{name}: gone while checking"
     except OSError as exc:
         return False, f"{name}: cannot be read ({exc.strerror or exc})"
     what = f"{event.type} on channel {event.channel_id}"
+    verdict = _judge(event, sig[3], now, None)
+    if verdict.action in ("reject", "drop"):
+        return False, f"{name}: {what}: {verdict.reason}; it will not run"
     if event.type == "immediate":
         return True, f"{name}: ok: {what}, runs on arrival"
+    if verdict.action == "run":
+        return True, f"{name}: ok: {what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}"
     if event.type == "one-shot":
-        due = _parse_at(event.at, name).timestamp()
-        if due <= now:
-            return False, f"{name}: {what}: {_past_reason(event.at, now)}; it will not run"
-        return True, f"{name}: ok: {what}, at {event.at} (in {_span(due - now)})"
+        return True, f"{name}: ok: {what}, at {event.at} (in {_span(verdict.due - now)})"
     after, times = datetime.fromtimestamp(now, timezone.utc), []
     for _ in range(3):
         after = next_fire(event.schedule, event.timezone, after)

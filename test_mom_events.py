@@ -3566,6 +3566,50 @@ class MidWriteTest(unittest.TestCase):
         self.assertEqual([(r["type"], r["channelId"]) for r in invalid], [("one-shot", "C7")])
 
 
+class JudgeAgreementTest(unittest.TestCase):
+    """--check and the harness ask the same judge, so they cannot disagree:
+    on many drawn files, --check says "ok" exactly for the files that the
+    running harness runs or schedules, and not for those it rejects."""
+
+    def draw(self, rng, now, channel):
+        kind = rng.choice(["immediate", "one-shot", "periodic", "bad"])
+        if kind == "bad":
+            return rng.choice(['{"type": "immediate"', '{"type": "one-shot", "channelId": "C", "text": "t"}',
+                               '{"type": "periodic", "channelId": "C", "text": "t", "schedule": "61 * * * *", '
+                               '"timezone": "UTC"}', "[]"]), now
+        if kind == "immediate":
+            return json.dumps(immediate(channel)), now - rng.uniform(0, 1e6)
+        if kind == "periodic":
+            return json.dumps(periodic(rng.choice(["* * * * *", "0 9 * * 1-5", "0 0 29 2 *"]), channel)), now
+        at = now + rng.choice([-1, 1]) * rng.uniform(10, 1e6)
+        mtime = at + rng.choice([-1, 1]) * rng.uniform(1, 1e5)
+        return json.dumps(one_shot(at, channel)), mtime
+
+    def test_check_and_the_harness_agree_on_drawn_files(self):
+        rng = random.Random(4)
+        h = Harness(self)
+        h.start()
+        verdicts = {}
+        for i in range(120):
+            content, mtime = self.draw(rng, h.now, f"C{i}")
+            path = h.write(f"f{i:03}.json", content, mtime=mtime)
+            verdicts[path.name] = mom_events._check_line(str(path), path.name, h.now)
+        with self.assertLogs("mom_events", "INFO"):
+            h.tick(h.now)
+            h.advance(1.5)  # the retries of the bad ones
+        ran = {e.filename for _, e in h.fired if e.type != "rejected"}
+        scheduled = {name for name in verdicts if h.w._schedule.due(name) is not None}
+        rejected = {name for name in verdicts if h.exists(name + ".rejected")}
+        self.assertEqual(len(ran | scheduled | rejected), len(verdicts))
+        for name, (ok, line) in sorted(verdicts.items()):
+            with self.subTest(line=line):
+                self.assertEqual(ok, name in ran | scheduled)
+                self.assertEqual(not ok, name in rejected)
+        self.assertGreater(len(ran), 20)
+        self.assertGreater(len(rejected), 20)
+        self.assertTrue(any("runs at once, late by" in line for _, line in verdicts.values()))
+
+
 class MidWriteFuzzTest(unittest.TestCase):
     """Timing fuzz against a plain model, on the real thread and real files:
     writers put one to three versions of a file, each in one to four parts
