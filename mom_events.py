@@ -1288,8 +1288,7 @@ class _Channels:
     itself; and the bridge that runs a callback's coroutine on ``loop``.
 
     It knows nothing of files.  A job is run as ``perform(job)`` (a submitted
-    fn by itself) on a worker, without this part's lock held, so ``perform``
-    may take the watcher's; the watcher, holding its own lock, may call in.
+    fn by itself) on a worker, without this part's lock held.
 
     A channel is kept only while a job of it runs, waits or it is ready:
     files may name a new channel every time, and a channel with nothing to
@@ -1316,19 +1315,22 @@ class _Channels:
 
     # -- the queues ------------------------------------------------------------
 
-    def put(self, job: _Job) -> bool:
-        """Queue an occurrence; False when its channel already has
-        ``max_queued`` waiting (the running one not counted).  After
-        ``close`` it is taken and dropped at once, as close drops what waits."""
+    def put(self, job: _Job, admitted: Callable[[], None]) -> str:
+        """Queue an occurrence: "queued", "full" when its channel already has
+        ``max_queued`` waiting (the running one not counted), or "closed"
+        after ``close``.  ``admitted()`` runs just before the job can start,
+        so that what it records comes before anything its run records."""
         with self._lock:
             if self._closed:
-                return True
+                return "closed"
+            channel = self._queues.get(job.channel)
+            if channel is not None and len(channel.waiting) >= self._max_queued:
+                return "full"
+            admitted()
             channel = self._channel(job.channel)
-            if len(channel.waiting) >= self._max_queued:
-                return False
             channel.waiting.append(job)
             self._kick(channel)
-            return True
+            return "queued"
 
     def submit(self, channel_id: str, fn: Callable[[], object]) -> bool:
         """Queue ``fn`` unless the channel runs or has anything waiting."""
@@ -1377,19 +1379,24 @@ class _Channels:
             self._ready.clear()
             self._work.notify_all()
 
-    def wait(self, timeout: float) -> list[str]:
-        """Wait up to ``timeout`` for running jobs; the channels still running
-        then.  A job that calls this (a callback stopping the watcher) is not
-        waited for."""
+    def wait(self, timeout: Optional[float]) -> list[str]:
+        """Wait up to ``timeout`` (None: for good) for running jobs; the
+        channels still running then.  A job that calls this (a callback
+        stopping the watcher) is not waited for."""
         me = threading.get_ident()
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while True:
                 busy = sorted(c.id for c in self._queues.values() if c.running is not None and c.thread != me)
-                remaining = deadline - time.monotonic()
-                if not busy or remaining <= 0:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not busy or remaining is not None and remaining <= 0:
                     return busy
                 self._done.wait(remaining)
+
+    def in_job(self) -> bool:
+        """Is the calling thread running one of the jobs?"""
+        with self._lock:
+            return threading.get_ident() in self._busy_since
 
     def _channel(self, channel_id: str) -> _Channel:
         channel = self._queues.get(channel_id)
@@ -1712,15 +1719,19 @@ def _log_error(event: Event, exc: BaseException) -> None:
 class _Files:
     """What the watcher knows of each event file and what becomes of it: it
     turns what the scanner saw into schedule entries (read, judged, retried,
-    scheduled, rejected, dropped) and what falls due into channel jobs, and
-    runs those jobs (the handler, the history, the file's deletion).  Its state and the
-    schedule's are guarded by ``lock``; ``perform`` runs on a worker thread."""
+    scheduled, rejected, dropped), what falls due into channel jobs, and the
+    runs that finished into deleted files.
+
+    One thread at a time changes it, the *writer*: the scheduler thread while
+    it runs, then the one that closes the watcher.  So it has no lock.  Only
+    ``perform`` runs on the workers: it runs the handler, writes the run's
+    history lines and reports the finished run through ``_finished``, which
+    the writer takes in (``settle``)."""
 
     def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: Optional[_History],
                  handler: Callable, on_error: Callable, max_queued: int, misfire_grace: float,
                  notify_rejected: bool):
         self.directory = directory
-        self.lock = threading.RLock()
         self.schedule = _Schedule()
         self.history = history
         self.started_at: Optional[float] = None
@@ -1732,37 +1743,37 @@ class _Files:
         self._on_error = on_error
         self._max_queued = max_queued
         self._notify_rejected = notify_rejected
+        self._finished: deque[_Job] = deque()  # appended by workers, taken in by the writer
 
     def apply(self, changes: _Changes, now: float, startup: bool = False) -> None:
         """Act on what a scan found, each file on its own."""
-        with self.lock:
-            for name in changes.deleted:
-                self._guarded(name, self._forget, name, "file removed")
-            for name in changes.unusable:
-                self._guarded(name, self._forget, name, "file is no longer a regular file")
-            for name, sig in changes.changed:
-                self._guarded(name, self._changed, name, sig, now, startup)
+        for name in changes.deleted:
+            self._guarded(name, self._forget, name, "file removed")
+        for name in changes.unusable:
+            self._guarded(name, self._forget, name, "file is no longer a regular file")
+        for name, sig in changes.changed:
+            self._guarded(name, self._changed, name, sig, now, startup)
 
     def run_due(self, now: float) -> None:
-        """Fire (or read again) what is due at ``now``, in batches: between
-        them the lock is let go (and the GIL offered), so that in a burst of
-        thousands the workers can finish and delete what already ran."""
-        due = self.schedule.pop_due(now)
-        while True:
-            with self.lock:
-                for count, (at, name, action) in enumerate(due, 1):
-                    f = self._known.get(name)
-                    if f is None:
-                        continue
-                    if action == "retry":
-                        self._guarded(name, self._load, f, now)
-                    else:
-                        self._guarded(name, self._fire, f, at, now)
-                    if count == _BATCH:
-                        break
-                else:
-                    return
-            time.sleep(0)
+        """Fire (or read again) what is due at ``now``, offering the GIL
+        every batch, so that in a burst of thousands the workers run what
+        is queued already."""
+        for count, (at, name, action) in enumerate(self.schedule.pop_due(now), 1):
+            f = self._known.get(name)
+            if f is None:
+                continue
+            if action == "retry":
+                self._guarded(name, self._load, f, now)
+            else:
+                self._guarded(name, self._fire, f, at, now)
+            if count % _BATCH == 0:
+                time.sleep(0)
+
+    def settle(self) -> None:
+        """Take in the runs the workers finished: delete their files."""
+        while self._finished:
+            job = self._finished.popleft()
+            self._guarded(job.event.filename, self._delete_after_run, job)
 
     def _changed(self, name: str, sig: tuple, now: float, startup: bool = False) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
@@ -1824,33 +1835,32 @@ class _Files:
         """Give up on the file: it is not an event the harness can run.  It is
         kept, unchanged, as NAME.json.rejected for the agent to fix and move
         back (deleted if it cannot be renamed), and the agent is told on the
-        channel the file names.  ``data``: its content, when just read."""
+        channel the file names.  ``data``: the content judged, which
+        ``f.sig`` describes (None: read it now)."""
         self._cancel(f)
-        path = os.path.join(self.directory, f.name)
-        try:
-            if data is None:
-                data, sig = _read_file(path)
-            else:
-                sig = _signature(os.stat(path))
-        except (OSError, _NotRegular):
-            sig = None
-        if sig != f.sig:  # gone, or written again since it was judged: whatever has
-            self._scanner.forget(f.name)  # the name now is read anew at the next scan
+        if data is None:
+            try:
+                data, f.sig = _read_file(os.path.join(self.directory, f.name))
+            except (OSError, _NotRegular):
+                self._scanner.forget(f.name)  # whatever has the name now is read anew
+                return
+            f.digest = _digest(data)
+        taken = self._take(f, f.sig, f.digest)
+        if taken is None:
             return
         rejected = f.name + ".rejected"
         try:
-            os.replace(path, os.path.join(self.directory, rejected))
+            os.replace(taken, os.path.join(self.directory, rejected))
         except OSError as exc:
             log.error("%s: %s; cannot rename it to %s (%s), so deleting it",
                       f.name, reason, rejected, exc.strerror or exc)
-            fate = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
-            if not self._delete(f):
-                fate = None  # _delete said why; it never runs in this process
+            fate: Optional[str] = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
+            if not self._unlink_taken(f, taken):
+                fate = None  # it said why; it never runs in this process
         else:
             log.error("%s: %s; renamed to %s", f.name, reason, rejected)
             fate = f"The file is now {rejected}: fix it and move it back to {f.name}."
-            self._forget(f.name)
-            self._scanner.forget(f.name)  # a file written again under this name is new
+            self._gone(f.name)
         written = self._record_invalid(f.name, reason, data)
         if fate is not None and self._notify_rejected:
             event = _rejected_event(f.name, reason, written, fate)
@@ -1871,7 +1881,7 @@ class _Files:
                 log.error("%s: %s", name, reason)
                 return
             try:
-                self._invalid(f, reason)
+                self._invalid(f, reason)  # what has the name now: the error may have come before a read
             except Exception as second:
                 log.error("%s: %s, and again while giving up on it (%s); it will not run while this harness runs",
                           name, reason, second)
@@ -1910,23 +1920,25 @@ class _Files:
             return
         job = _Job(event.channel_id, event=event, generation=self.schedule.generation(f.name),
                    sig=f.sig, digest=f.digest, due=due)
-        if self._put(job):
+        outcome = self._put(job)
+        if outcome == "queued":
             f.queued = job
-        elif event.type != "periodic":
+        elif outcome == "full" and event.type != "periodic":
             self._delete(f)
 
-    def _put(self, job: _Job) -> bool:
-        """Onto its channel's queue, unless the queue is full."""
+    def _put(self, job: _Job) -> str:
+        """Onto its channel's queue: "queued", "full" (discarded, and said
+        so) or "closed" (the watcher stops: nothing is queued or recorded,
+        and the file stays for the next start)."""
         event = job.event
-        if not self._channels.put(job):
+        outcome = self._channels.put(job, lambda: self._record("queued", event.filename, event, dueAt=job.due))
+        if outcome == "full":
             log.warning("%s: channel %s already has %d events waiting; discarding this %s",
                         event.filename, event.channel_id, self._max_queued,
                         "rejection notice" if event.type == "rejected" else "occurrence")
             self._record("discarded", event.filename, event, dueAt=job.due,
                          detail=f"{self._max_queued} events already waiting on the channel")
-            return False
-        self._record("queued", event.filename, event, dueAt=job.due)
-        return True
+        return outcome
 
     def _cancel(self, f: _File, why: Optional[str] = None) -> None:
         """Kill its schedule entries and its occurrence waiting in a queue;
@@ -1949,19 +1961,16 @@ class _Files:
     # -- running an event, and deleting its file ---------------------------------
 
     def perform(self, job: _Job) -> None:
-        """A worker runs one occurrence: the handler (on_error if it raised),
-        its history lines, and the deletion of its file."""
+        """A worker runs one occurrence: the handler (on_error if it raised)
+        and its history lines; its file is the writer's to delete."""
         event = job.event
-        if self.history is not None:
-            with self.lock:  # after the line that queued it
-                self._record("started", event.filename, event, dueAt=job.due)
+        self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
         started = time.time()
         finished, error = self._execute(job)
         self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
                      startedAt=started, finishedAt=time.time(), detail=error)
         if finished and event.type in ("immediate", "one-shot"):
-            with self.lock:
-                self._guarded(event.filename, self._delete_after_run, job)
+            self._finished.append(job)
 
     def _execute(self, job: _Job) -> tuple[bool, Optional[str]]:
         """Run the handler; whatever it raises goes to on_error, never further.
@@ -1987,34 +1996,84 @@ class _Files:
         """An immediate or one-shot is deleted once it ran, unless the file
         changed meanwhile: then its new content is a new event."""
         f = self._known.get(job.event.filename)
-        if f is None or self.schedule.generation(f.name) != job.generation:
-            return
-        path = os.path.join(self.directory, f.name)
-        try:
-            st = os.stat(path)
-            if _signature(st) != job.sig:
-                return
-            if _is_racy(time.time_ns(), st.st_mtime_ns) and _digest(_read_file(path)[0]) != job.digest:
-                return
-        except (OSError, _NotRegular):
-            return  # gone or replaced: the next scan tells
-        self._delete(f)
+        if f is not None and self.schedule.generation(f.name) == job.generation:
+            self._delete(f, job.sig, job.digest)
 
-    def _delete(self, f: _File) -> bool:
+    def _delete(self, f: _File, sig: Optional[tuple] = None, digest: Optional[int] = None) -> bool:
+        """Delete the file judged (``sig`` and ``digest``; by default, what
+        was read last).  False when it cannot be deleted: logged once, and it
+        never runs again in this process."""
         try:
-            os.unlink(os.path.join(self.directory, f.name))
-        except FileNotFoundError:
-            pass
+            taken = self._take(f, sig or f.sig, digest if sig else f.digest)
         except OSError as exc:
-            if not f.spent:
-                log.error("%s: cannot delete it (%s); it will not run again while this harness runs",
-                          f.name, exc.strerror or exc)
-            self._cancel(f)
-            f.spent, f.event = True, None
-            return False
-        self._forget(f.name)
-        self._scanner.forget(f.name)  # a file written again under this name is new
+            return self._undeletable(f, exc)
+        return taken is None or self._unlink_taken(f, taken)
+
+    def _take(self, f: _File, sig: tuple, digest: Optional[int]) -> Optional[str]:
+        """Act on the file judged, not on whatever has its name now: move it
+        to a private name (a dotfile, never an event), then make sure it is
+        the one judged (inode, size and mtime; a rename changes the ctime).
+        Returns the private path; None when another file had the name since
+        (it is put back, for the next scan to read) or none has."""
+        path = os.path.join(self.directory, f.name)
+        taken = os.path.join(self.directory, f".{f.name}.mom_events-taken")
+        try:
+            os.rename(path, taken)
+        except FileNotFoundError:
+            self._scanner.forget(f.name)
+            return None
+        try:
+            st = os.stat(taken)
+            same = _signature(st)[:4] == sig[:4] and not (
+                _is_racy(time.time_ns(), st.st_mtime_ns) and _digest(_read_file(taken)[0]) != digest)
+        except (OSError, _NotRegular):
+            same = False
+        if same:
+            return taken
+        log.debug("%s: written again since it was judged; putting the new file back", f.name)
+        self._put_back(taken, path)
+        self._scanner.forget(f.name)
+        return None
+
+    @staticmethod
+    def _put_back(taken: str, path: str) -> None:
+        """Give a taken file its name again, unless a newer one has it by now
+        (then the taken one was replaced, as by a later ``mv``).  Never
+        raises: at worst the private name is left behind."""
+        try:
+            try:
+                os.link(taken, path)
+            except FileExistsError:
+                pass
+            except OSError:  # a filesystem without hard links
+                os.rename(taken, path)
+                return
+            os.unlink(taken)
+        except OSError as exc:
+            log.debug("%s: cannot put it back in place (%s)", path, exc.strerror or exc)
+
+    def _unlink_taken(self, f: _File, taken: str) -> bool:
+        try:
+            os.unlink(taken)
+        except OSError as exc:
+            self._put_back(taken, os.path.join(self.directory, f.name))
+            return self._undeletable(f, exc)
+        self._gone(f.name)
         return True
+
+    def _undeletable(self, f: _File, exc: OSError) -> bool:
+        if not f.spent:
+            log.error("%s: cannot delete it (%s); it will not run again while this harness runs",
+                      f.name, exc.strerror or exc)
+        self._cancel(f)
+        f.spent, f.event = True, None
+        return False
+
+    def _gone(self, name: str) -> None:
+        """The harness deleted or renamed it: forget it, and whatever has the
+        name next is new."""
+        self._forget(name)
+        self._scanner.forget(name)
 
     def _record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
         """History, if kept; costs one call when not (it runs on the firing path)."""
@@ -2075,8 +2134,10 @@ class EventsWatcher:
                              _History(history) if history is not None else None,
                              handler, on_error or _log_error, max_queued, misfire_grace, notify_rejected)
         self._schedule = self._files.schedule
-        self._lock = self._files.lock
-        self._thread: Optional[threading.Thread] = None
+        self._life = threading.RLock()  # start() and the beginning of the end, one at a time
+        self._thread: Optional[threading.Thread] = None  # the scheduler (or standby) thread
+        self._closer: Optional[threading.Thread] = None  # the last writer: lets the directory go
+        self._wake = threading.Event()  # set when stopping: a standby's wait ends at once
         self._stopping = False
         self._standby = standby
         self.active = False  # holds the directory and schedules its events
@@ -2097,7 +2158,9 @@ class EventsWatcher:
                 if self._needs_loop:
                     raise TypeError("a coroutine handler or on_error needs an event loop: call start() "
                                     "inside one (or use 'async with'), or pass loop=") from None
-        with self._lock:
+        with self._life:
+            if self._closer is not None:
+                raise RuntimeError("this EventsWatcher was stopped; make a new one to watch again")
             if self._thread is not None:
                 raise RuntimeError("an EventsWatcher can be started only once")
             try:
@@ -2108,7 +2171,11 @@ class EventsWatcher:
                 log.warning("%s; standing by to take over when it exits", exc)
                 target = self._stand_by
             else:
-                self._startup(self._clock())
+                try:
+                    self._startup(self._clock())
+                except BaseException:
+                    self._begin_closing()  # lets the directory go once whatever started has ended
+                    raise
                 target = self._run
             self._thread = threading.Thread(target=target, name="mom_events-scheduler", daemon=True)
             self._thread.start()
@@ -2124,23 +2191,20 @@ class EventsWatcher:
 
     def scheduled_count(self) -> int:
         """How many events have a firing scheduled."""
-        with self._lock:
-            return self._schedule.scheduled()
+        return self._schedule.scheduled()
 
     def stop(self, timeout: float = 30) -> list[str]:
         """Stop scheduling, drop what waits in the queues (the files stay), and
         wait up to ``timeout`` seconds for running callbacks.  Returns the
-        channels still running then (their files are deleted if they finish)."""
-        with self._lock:
-            self._stop_scheduling()
-            active = self.active  # a standby that never took over leaves at its next try, by itself
-        if active and self._thread not in (None, threading.current_thread()):
-            self._thread.join()
+        channels still running then.  The directory stays locked until the
+        last of them has ended and its file is deleted (or kept): a standby
+        never runs a file whose run is still going on."""
+        deadline = time.monotonic() + timeout
+        self._begin_closing()
         busy = self._channels.wait(timeout)
-        with self._lock:
-            self._scanner.release()
-            if self._files.history is not None:
-                self._files.history.close()
+        me = threading.current_thread()
+        if not busy and me is not self._thread and not self._channels.in_job():
+            self._closer.join(max(0.0, deadline - time.monotonic()))  # the directory is let go by then
         return busy
 
     def __enter__(self) -> "EventsWatcher":
@@ -2182,26 +2246,40 @@ class EventsWatcher:
         standby began waiting is not stale, and a one-shot that fell due in
         the moments no harness held the directory runs late."""
         waiting_since = self._clock()
-        while True:
-            time.sleep(_STANDBY_TRY)
-            with self._lock:
-                if self._stopping:
-                    return
-                try:
-                    self._scanner.lock()
-                except (EventError, OSError):
-                    continue
+        while not self._wake.wait(_STANDBY_TRY):
+            try:
+                self._scanner.lock()
+            except (EventError, OSError):
+                continue
+            try:
                 self._files.misfire_grace = max(self._files.misfire_grace, _TAKEOVER_GRACE)
                 self._startup(self._clock(), stale_before=waiting_since)
-                log.warning("took over %s: the harness that held it has gone (%d events scheduled)",
-                            self.events_dir, self._schedule.scheduled())
+            except Exception as exc:
+                log.debug("traceback of the failed takeover", exc_info=exc)
+                self._halt(f"cannot take over {self.events_dir}: {type(exc).__name__}: {exc}")
+                return
+            log.warning("took over %s: the harness that held it has gone (%d events scheduled)",
+                        self.events_dir, self._schedule.scheduled())
             self._run()
             return
+
+    def _tick(self, now: float, poll: bool = True) -> Optional[tuple[float, str]]:
+        """One step of the scheduler on wall-clock ``now``: take in the runs
+        that finished, look at the directory (if ``poll``), fire or read again
+        what is due.  Returns the next entry's due time and action, if any.
+        Only the writer calls it, the scheduler thread or a test driving
+        simulated time."""
+        self._files.settle()
+        if poll:
+            self._poll(now)
+        self._files.run_due(now)
+        return self._schedule.next_due()
 
     def _run(self) -> None:
         """Poll every interval; between polls sleep until the next due time,
         wake a millisecond early and spin the rest (precise firing)."""
         next_poll = time.monotonic() + self._poll_interval
+        failing: Optional[str] = None
         while not self._stopping:
             timeout = self._poll_interval
             try:
@@ -2211,17 +2289,15 @@ class EventsWatcher:
                 # Clock reads are system calls on some virtual machines: an
                 # idle tick makes as few as it can.
                 now, mono = self._clock(), time.monotonic()
-                if mono >= next_poll:
-                    self._poll(now)
+                polling = mono >= next_poll
+                if polling:
                     next_poll = mono + self._poll_interval
                 self._schedule.notice_clock_step(now, mono)
-                self._files.run_due(now)
-                with self._lock:
-                    timeout = next_poll - mono
-                    staff_at = self._channels.staff()
-                    if staff_at is not None:
-                        timeout = min(timeout, staff_at - mono)
-                    upcoming = self._schedule.next_due()
+                upcoming = self._tick(now, polling)
+                timeout = next_poll - mono
+                staff_at = self._channels.staff()
+                if staff_at is not None:
+                    timeout = min(timeout, staff_at - mono)
                 if upcoming is not None:
                     due, action = upcoming
                     until_due = due - self._clock()
@@ -2230,13 +2306,17 @@ class EventsWatcher:
                         _spin_until(self._clock, due, time.monotonic() + 2 * _LEAD)
                         continue
                     timeout = min(timeout, until_due - _LEAD)
-            except Exception:  # a bug must not silence every event for good
-                log.exception("internal error in the scheduler; carrying on")
+                failing = None
+            except Exception as exc:  # a bug must not silence every event for good
+                what = f"{type(exc).__name__}: {exc}"
+                if what != failing:  # once while it keeps failing the same way
+                    log.error("internal error in the scheduler (%s); carrying on", what, exc_info=exc)
+                    failing = what
             if timeout > 0:
                 time.sleep(min(timeout, _NAP))
 
     def _poll(self, now: float, startup: bool = False) -> None:
-        """Scan (without the lock) and act on what changed."""
+        """Scan and act on what changed."""
         try:
             changes = self._scanner.scan(startup)
         except EventError as exc:  # the directory was made anew, and another harness has it
@@ -2245,15 +2325,34 @@ class EventsWatcher:
         if changes is not None:
             self._files.apply(changes, now, startup)
 
-    def _stop_scheduling(self) -> None:
-        self._stopping = True
-        self._channels.close()
+    def _begin_closing(self) -> None:
+        """Stop scheduling and queueing at once (what waits is dropped, its
+        files stay), and hand over to the closer, once."""
+        with self._life:
+            self._stopping = True
+            self._wake.set()
+            self._channels.close()
+            if self._closer is None:
+                self._closer = threading.Thread(target=self._close, name="mom_events-closer", daemon=True)
+                self._closer.start()
+
+    def _close(self) -> None:
+        """The last writer: once the scheduler thread has gone, wait for every
+        run to end, take in what finished (deleting its files), then let the
+        history and the directory go."""
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._channels.wait(None)
+        self._files.settle()
+        if self._files.history is not None:
+            self._files.history.close()
+        self._scanner.release()
+        self.active = False
 
     def _halt(self, reason: str) -> None:
         """Stop for good from inside: the harness can no longer do its job."""
         log.error("%s; stopping", reason)
-        with self._lock:
-            self._stop_scheduling()
+        self._begin_closing()
         self._on_halt(reason)
 
     def _lost_loop(self) -> None:

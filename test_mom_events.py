@@ -98,35 +98,36 @@ class Harness:
         return (self.dir / name).exists()
 
     def start(self):
-        with self.w._lock:  # as the scheduler thread holds it
-            self.w._startup(self.now)
+        self.w._startup(self.now)  # what start() does before it starts the scheduler thread
         self.run_workers()
 
     def tick(self, now=None):
+        """One step of the scheduler at ``now``, as the thread takes it."""
         if now is not None:
             self.now = now
-        with self.w._lock:
-            self.w._poll(self.now)
-            self.w._files.run_due(self.now)
+        self.w._tick(self.now)
         self.run_workers()
 
-    def advance(self, seconds, step=None):
+    def step(self, now):
+        """A step at ``now`` between polls: what is due fires (or is read again)."""
+        self.w._tick(now, poll=False)
+
+    def advance(self, seconds):
         """Move time forward, waking at every due entry like the real loop."""
         end = self.now + seconds
-        while True:
-            heap = self.w._schedule._heap
-            if not heap or heap[0][0] > end:
-                break
-            nxt = heap[0][0]
-            with self.w._lock:
-                self.w._files.run_due(max(nxt, self.now))
-            self.now = max(nxt, self.now)
+        while (upcoming := self.w._schedule.next_due()) is not None and upcoming[0] <= end:
+            self.now = max(upcoming[0], self.now)
+            self.step(self.now)
             self.run_workers()
         self.tick(end)
 
     def run_workers(self):
+        """Run the held workers, then take in their runs as the thread's next step does."""
+        ran = bool(self.workers)
         while self.workers:
             self.workers.pop(0)()
+        if ran:
+            self.step(self.now)
 
     def texts(self):
         return [event.text for _, event in self.fired]
@@ -817,8 +818,10 @@ class ChannelsPartTest(unittest.TestCase):
                 job = mom_events._Job(channel, due=len(jobs))
                 jobs.append(job)
                 waiting = model.setdefault(channel, [])
-                if c.put(job) != (len(waiting) < 5):
-                    problems.append(f"put to {channel} with {len(waiting)} waiting")
+                admitted = []
+                outcome = c.put(job, lambda: admitted.append(job))
+                if outcome != ("queued" if len(waiting) < 5 else "full") or bool(admitted) != (outcome == "queued"):
+                    problems.append(f"put to {channel} with {len(waiting)} waiting: {outcome}, admitted {admitted}")
                 elif len(waiting) < 5:
                     waiting.append(job.due)
 
@@ -855,12 +858,19 @@ class ChannelsPartTest(unittest.TestCase):
 
     def test_submit_is_refused_while_anything_waits_and_after_close(self):
         c, workers = self.channels(lambda job: None)
-        c.put(mom_events._Job("A"))
+        c.put(mom_events._Job("A"), lambda: None)
         self.assertFalse(c.submit("A", lambda: None))
         self.assertTrue(c.submit("B", lambda: None))
         c.close()
         self.assertFalse(c.submit("C", lambda: None))
         self.assertEqual(c.waiting("A"), 0)
+
+    def test_a_job_put_after_close_is_refused_and_not_admitted(self):
+        c, workers = self.channels(lambda job: None)
+        c.close()
+        admitted = []
+        self.assertEqual(c.put(mom_events._Job("A"), lambda: admitted.append(1)), "closed")
+        self.assertEqual((admitted, c.waiting("A"), workers), ([], 0, []))
 
 
 class StartupTest(unittest.TestCase):
@@ -1205,14 +1215,14 @@ class RetryTest(unittest.TestCase):
         with self.assertLogs("mom_events", "DEBUG") as logs:
             h.tick(t0)
             for delay in (0.1, 0.2):
-                h.w._files.run_due(h.now + delay - 0.001)
+                h.step(h.now + delay - 0.001)
                 self.assertTrue(h.exists("bad.json"))
                 h.now += delay
-                h.w._files.run_due(h.now)
+                h.step(h.now)
                 self.assertTrue(h.exists("bad.json"))
-            h.w._files.run_due(h.now + 0.399)
+            h.step(h.now + 0.399)
             self.assertTrue(h.exists("bad.json"))
-            h.w._files.run_due(h.now + 0.4)
+            h.step(h.now + 0.4)
         self.assertFalse(h.exists("bad.json"))
         self.assertEqual((h.dir / "bad.json.rejected").read_text(), content)
         errors = [line for line in logs.output if line.startswith("ERROR")]
@@ -1225,7 +1235,7 @@ class RetryTest(unittest.TestCase):
         h.write("w.json", '{"type": "immediate", "chan')  # the writer is mid-write
         h.tick(h.now + 0.1)
         (h.dir / "w.json").write_text(json.dumps(immediate(text="done writing")))
-        h.w._files.run_due(h.now + 0.1)  # the retry reads it again
+        h.step(h.now + 0.1)  # the retry reads it again
         h.run_workers()
         self.assertEqual(h.texts(), ["done writing"])
 
@@ -1234,8 +1244,8 @@ class RetryTest(unittest.TestCase):
         h.start()
         h.write("w.json", "{")
         h.tick(h.now + 0.1)
-        h.w._files.run_due(h.now + 0.1)
-        h.w._files.run_due(h.now + 0.3)  # two retries used
+        h.step(h.now + 0.1)
+        h.step(h.now + 0.3)  # two retries used
         h.write("w.json", "{{")  # another bad version
         h.tick(h.now + 0.35)
         self.assertEqual(h.w._files._known["w.json"].attempts, 1)
@@ -1253,7 +1263,7 @@ class RetryTest(unittest.TestCase):
         h.tick(h.now + 0.1)
         for delay in (0.1, 0.2):
             h.now += delay
-            h.w._files.run_due(h.now)
+            h.step(h.now)
         real = mom_events._read_file
 
         def read_then_rewritten(path):  # the writer's mv lands between the last read and the rename
@@ -1263,7 +1273,7 @@ class RetryTest(unittest.TestCase):
 
         h.now += 0.4
         with mock.patch.object(mom_events, "_read_file", read_then_rewritten):
-            h.w._files.run_due(h.now)
+            h.step(h.now)
         h.tick(h.now + 0.04)
         self.assertEqual(h.texts(), ["fixed in time"])
         self.assertFalse(h.exists("w.json.rejected"))
@@ -2662,7 +2672,7 @@ class LengthLimitTest(unittest.TestCase):
                 channel = rng.choice("ABCD")
                 if op < 0.4:
                     jobs.append(mom_events._Job(channel))
-                    c.put(jobs[-1])
+                    c.put(jobs[-1], lambda: None)
                 elif op < 0.55:
                     c.submit(channel, lambda: act(running=True))
                 elif op < 0.85 and jobs:
@@ -3477,7 +3487,7 @@ class MidWriteTest(unittest.TestCase):
         h.tick(h.now + 0.1)  # half-written: retried
         with open(h.dir / "w.json", "a") as file:
             file.write(whole[20:])
-        h.w._files.run_due(h.now + 0.1)  # the retry reads it whole
+        h.step(h.now + 0.1)  # the retry reads it whole
         h.run_workers()
         self.settle(h)
         self.assertEqual(h.texts(), ["written in two parts"])
@@ -3488,9 +3498,9 @@ class MidWriteTest(unittest.TestCase):
         h.start()
         put(h.dir, "w.json", {"type": "immediate", "channelId": "C1"})  # no text yet
         h.tick(h.now + 0.1)
-        h.w._files.run_due(h.now + 0.1)
+        h.step(h.now + 0.1)
         put(h.dir, "w.json", immediate(text="fixed"))  # a new inode, moved in near the last retry
-        h.w._files.run_due(h.now + 0.3)
+        h.step(h.now + 0.3)
         h.run_workers()
         self.settle(h)
         self.assertEqual(h.texts(), ["fixed"])
@@ -3507,7 +3517,7 @@ class MidWriteTest(unittest.TestCase):
         h.write("o.json", whole, mtime=at + 0.02)  # finished just after its time
         h.now += 0.1
         with self.assertLogs("mom_events", "ERROR") as logs:
-            h.w._files.run_due(h.now)
+            h.step(h.now)
             h.run_workers()
             self.settle(h)
         self.assertEqual([e.type for _, e in h.fired], ["rejected"])
@@ -3524,7 +3534,7 @@ class MidWriteTest(unittest.TestCase):
         with self.assertLogs("mom_events", "ERROR") as logs:
             for delay in (0.1, 0.1, 0.2, 0.4):  # the first retry sees it grown: they start over
                 h.now += delay
-                h.w._files.run_due(h.now)
+                h.step(h.now)
         self.assertFalse(h.exists("big.json"))
         self.assertTrue(h.exists("big.json.rejected"))
         self.assertIn("big.json: file is larger than 1 MiB; renamed to big.json.rejected", logs.output[0])
@@ -3550,7 +3560,7 @@ class MidWriteTest(unittest.TestCase):
             with open(h.dir / "w.json", "a") as file:  # a slow writer, seen only by the retries
                 file.write(part)
             h.now += delay
-            h.w._files.run_due(h.now)
+            h.step(h.now)
         self.assertTrue(h.exists("w.json"))
         self.assertEqual(h.w._files._known["w.json"].attempts, 1)
 
