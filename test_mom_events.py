@@ -2111,6 +2111,118 @@ class ExecTest(CliCase):
         self.assertIn("--exec-timeout needs --exec", result.stderr)
 
 
+# Each run of these commands is the event's text, so one harness can run different commands.
+_EVAL_TEXT = 'eval "$MOM_EVENT_TEXT"'
+_PROBE = """
+import json, os, signal, sys, time
+pids, what = sys.argv[1], sys.argv[2]
+if what == "stubborn":  # outlives its shell's SIGTERM, as a command under dash does
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(pids, "a") as file:
+        file.write(f"{os.getpid()}\\n")
+    time.sleep(60)
+else:  # "check OUT": which processes of the runs before this one still live
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as file:
+                return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    with open(pids) as file:
+        living = [int(pid) for pid in file.read().split() if alive(int(pid))]
+    with open(sys.argv[3] + ".tmp", "w") as file:
+        json.dump(living, file)
+    os.rename(sys.argv[3] + ".tmp", sys.argv[3])
+"""
+
+
+class SupervisionTest(CliCase):
+    """A run is its process group, under /bin/sh = dash too (which does not
+    exec the last command): the channel goes on, and the harness exits, only
+    when the group is gone.  The runs write every pid they start to a file;
+    cleanup kills them all, whatever the harness did."""
+
+    def setUp(self):
+        super().setUp()
+        self.pids = self.dir / "pids"  # processes that must not outlive their run
+        self.kept = self.dir / "kept"  # setsid daemons, which may
+        self.pids.touch()
+        (self.dir / "probe.py").write_text(_PROBE)
+        self.addCleanup(self.kill_recorded)
+
+    def kill_recorded(self):
+        for path in (self.pids, self.kept):
+            for pid in path.read_text().split() if path.exists() else []:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def probe(self, *args):
+        return " ".join(f'"{arg}"' for arg in (sys.executable, self.dir / "probe.py", self.pids, *args))
+
+    def recorded(self, count):
+        self.assertTrue(wait_for(lambda: len(self.pids.read_text().split()) >= count, 10))
+
+    def left_alive(self):
+        return [pid for pid in map(int, self.pids.read_text().split()) if alive(pid)]
+
+    def checked(self, out):
+        self.assertTrue(wait_for(out.exists, 30), "the check never ran")
+        return json.loads(out.read_text())
+
+    def test_a_command_that_outlives_its_shell_at_the_timeout_is_killed_before_the_channel_goes_on(self):
+        cli = self.serve("--exec", _EVAL_TEXT, "--exec-timeout", "1")
+        self.put("a1.json", immediate("A", self.probe("stubborn")))
+        self.recorded(1)
+        self.put("a2.json", immediate("A", self.probe("check", self.dir / "check")))
+        self.assertEqual(self.checked(self.dir / "check"), [], "a2 ran while a1's command still lived")
+        self.assertRegex(cli.wait_err("a1.json: command failed"), r"timed out after 1 s$")
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertEqual(self.left_alive(), [])
+
+    def test_what_a_finished_command_leaves_in_its_group_is_stopped_setsid_daemons_are_not(self):
+        cli = self.serve("--exec", _EVAL_TEXT)
+        runs = {"child.json": f"sleep 60 & echo $! >> {self.pids}",  # holding stdout and stderr
+                "orphan.json": f"(sleep 60 >/dev/null 2>&1 & echo $! >> {self.pids})",  # its parent gone
+                # the run waits until the daemon has its own session, else that is a race it may lose
+                "daemon.json": f"setsid sh -c 'echo $$ >> {self.kept}; exec sleep 60' >/dev/null 2>&1 & "
+                               f"while [ ! -s {self.kept} ]; do sleep 0.01; done"}
+        for name, text in runs.items():
+            self.put(name, immediate("A", text))
+            self.assertTrue(wait_for(lambda: not (self.events / name).exists(), 10), name)
+        self.put("check.json", immediate("A", self.probe("check", self.dir / "check")))
+        self.assertEqual(self.checked(self.dir / "check"), [], "a run's leftovers outlived it")
+        self.assertEqual(len(self.pids.read_text().split()), 2)
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertFalse([line for line in cli.err if "command failed" in line])
+        self.assertEqual(sum("left processes in its group" in line for line in cli.err), 2)
+        self.assertEqual(self.left_alive(), [])
+        self.assertTrue(alive(int(self.kept.read_text())), "the setsid daemon was killed")
+
+    def test_the_grace_running_out_leaves_nothing_of_a_command_that_outlives_its_shell(self):
+        cli = self.serve("--grace", "0.3", "--exec", _EVAL_TEXT)
+        self.put("a.json", immediate("A", self.probe("stubborn")))
+        self.recorded(1)
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(30), 1)
+        self.assertEqual(self.left_alive(), [])
+        self.assertTrue((self.events / "a.json").exists())
+        self.assertTrue(any("a.json: command stopped at shutdown; its file stays" in line for line in cli.err))
+
+    def test_a_second_signal_leaves_nothing_of_a_command_that_ignores_sigterm(self):
+        cli = self.serve("--exec", _EVAL_TEXT)
+        self.put("a.json", immediate("A", f"trap '' TERM; {self.probe('stubborn')}"))
+        self.recorded(1)
+        cli.signal(signal.SIGTERM)
+        cli.wait_err("stopping")
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 143)
+        self.assertTrue(wait_for(lambda: not self.left_alive(), 5), "a run outlived the harness")
+
+
 class CheckTest(CliCase):
     def test_one_line_per_file_touching_nothing(self):
         self.put("hook.json", immediate("C1"))
