@@ -2346,10 +2346,38 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
 _KILL_AFTER = 5.0      # seconds between SIGTERM and SIGKILL for a command's group
 _KILL_WAIT = 2.0       # seconds to wait for the group after SIGKILL before giving up on it
 _LINE_LIMIT = 1 << 16  # a longer line of command output is logged in pieces
+_ENV_LIMIT = 1 << 16   # bytes in a MOM_EVENT_* value; Linux takes 128 KiB a variable, 2 MiB in all
 
 
 class _CommandFailed(Exception):
     """The --exec command exited non-zero, died of a signal, or timed out."""
+
+
+def _command_bytes(text: str) -> bytes:
+    """``text`` as a command gets it: UTF-8, with a file name's undecodable
+    bytes as they were (surrogateescape) and any other lone surrogate (JSON
+    allows ``"\\ud800"``, UTF-8 does not) as the six characters ``\\ud800``."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c <= "\udfff" and not "\udc80" <= c <= "\udcff" else c
+                       for c in text).encode("utf-8", "surrogateescape")
+
+
+def _env_value(text: str) -> bytes:
+    """A MOM_EVENT_* value that execve takes whatever the event: NUL, which
+    no environment can hold, as ``\\0``, and at most _ENV_LIMIT bytes, cut
+    before a character with a marker.  stdin has the whole message."""
+    data = _command_bytes(text).replace(b"\0", b"\\0")
+    if len(data) <= _ENV_LIMIT:
+        return data
+    marker = f" [cut: {len(data)} bytes in all; the whole message is on stdin]".encode()
+    cut = _ENV_LIMIT - len(marker)
+    for _ in range(3):  # back to the first byte of a UTF-8 character
+        if data[cut] & 0xC0 != 0x80:
+            break
+        cut -= 1
+    return data[:cut] + marker
 
 
 def _group_alive(pgid: int) -> bool:
@@ -2411,9 +2439,9 @@ class _Commands:
         self._stopped = False
 
     def __call__(self, event: Event) -> None:
-        env = dict(os.environ, MOM_EVENT_FILE=event.filename, MOM_EVENT_TYPE=event.type,
-                   MOM_EVENT_CHANNEL=event.channel_id, MOM_EVENT_TEXT=event.text,
-                   MOM_EVENT_MESSAGE=event.message, MOM_EVENT_SCHEDULE=_when(event) or event.type)
+        fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
+                  "MESSAGE": event.message, "SCHEDULE": _when(event) or event.type}
+        env = dict(os.environ, **{f"MOM_EVENT_{name}": _env_value(value) for name, value in fields.items()})
         import subprocess
         with self._lock:
             if self._stopped:
@@ -2422,7 +2450,7 @@ class _Commands:
                 proc = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                         start_new_session=True)
-            except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the text
+            except OSError as exc:
                 raise _CommandFailed(f"cannot start the command: {exc}") from None
             self._deadlines[proc] = time.monotonic() + self.timeout if self.timeout else math.inf
         try:
@@ -2468,7 +2496,7 @@ class _Commands:
         Returns None, "timeout" or "shutdown" (why we killed it)."""
         import selectors
         import subprocess
-        pending = (event.message + "\n").encode("utf-8", "surrogateescape")
+        pending = _command_bytes(event.message + "\n")
         streams = {proc.stdout.fileno(): (logging.INFO, bytearray()),
                    proc.stderr.fileno(): (logging.WARNING, bytearray())}
         killed, stopping, kill_at, give_up_at = None, False, math.inf, math.inf

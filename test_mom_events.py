@@ -2223,6 +2223,76 @@ class SupervisionTest(CliCase):
         self.assertTrue(wait_for(lambda: not self.left_alive(), 5), "a run outlived the harness")
 
 
+_DUMP = """
+import json, os, sys
+stdin = sys.stdin.buffer.read()
+env = {key.decode(): value.hex() for key, value in os.environb.items() if key.startswith(b"MOM_EVENT_")}
+out = os.path.join(sys.argv[1], str(os.getpid()))
+with open(out + ".tmp", "w") as file:
+    json.dump({"stdin": stdin.hex(), "env": env}, file)
+os.rename(out + ".tmp", out + ".run")
+"""
+
+
+class ExecEnvironmentTest(CliCase):
+    """Whatever a valid event holds, its command runs: the whole message on
+    stdin, and in MOM_EVENT_* what the environment can carry."""
+
+    def setUp(self):
+        super().setUp()
+        (self.dir / "dump.py").write_text(_DUMP)
+        self.out = self.dir / "runs"
+        self.out.mkdir()
+
+    def serve_dump(self):
+        return self.serve("--exec", f'"{sys.executable}" "{self.dir / "dump.py"}" "{self.out}"')
+
+    def run_of(self, cli, filename):
+        """The stdin and MOM_EVENT_* bytes the command got for ``filename``."""
+        def find():
+            for path in self.out.glob("*.run"):
+                run = json.loads(path.read_text())
+                env = {key: bytes.fromhex(value) for key, value in run["env"].items()}
+                if env["MOM_EVENT_FILE"] == os.fsencode(filename):
+                    return bytes.fromhex(run["stdin"]), env
+        self.assertTrue(wait_for(find, 10), f"{filename} did not run: {cli.err}")
+        return find()
+
+    def test_an_event_too_big_for_the_environment_runs_whole_on_stdin_and_cut_in_it(self):
+        limit = mom_events._ENV_LIMIT
+        text = "x" + "€" * 80000  # 240 KB, over Linux's 128 KiB a variable; the cut falls inside a "€"
+        channel = "C" * (limit + 1)
+        cli = self.serve_dump()
+        self.put("big.json", immediate(channel, text))
+        stdin, env = self.run_of(cli, "big.json")
+        message = Event("big.json", "immediate", channel, text).message
+        self.assertEqual(stdin, (message + "\n").encode())
+        for name, whole in (("TEXT", text), ("MESSAGE", message), ("CHANNEL", channel)):
+            with self.subTest(name):
+                value = env[f"MOM_EVENT_{name}"]
+                self.assertLessEqual(len(value), limit)
+                kept, marker = value.decode("utf-8").rsplit(" [cut: ", 1)  # strictly: no character split
+                self.assertTrue(whole.startswith(kept))
+                self.assertGreater(len(kept.encode()), limit - 100)
+                self.assertEqual(marker, f"{len(whole.encode())} bytes in all; the whole message is on stdin]")
+        self.assertEqual((env["MOM_EVENT_FILE"], env["MOM_EVENT_TYPE"]), (b"big.json", b"immediate"))
+        self.assertTrue(wait_for(lambda: not (self.events / "big.json").exists()))
+        self.assertFalse([line for line in cli.err if "command failed" in line])
+
+    def test_nul_a_lone_surrogate_and_an_undecodable_file_name(self):
+        name = os.fsdecode(b"caf\xe9.json")  # not UTF-8: the name's bytes reach the command as they are
+        cli = self.serve_dump()
+        self.put(name, immediate("C\u00001", "a\u0000b\ud800c"))  # JSON escapes: a valid file
+        stdin, env = self.run_of(cli, name)
+        self.assertEqual(stdin, b"[EVENT:caf\xe9.json:immediate] a\0b\\ud800c\n")
+        self.assertEqual(env, {"MOM_EVENT_FILE": b"caf\xe9.json", "MOM_EVENT_TYPE": b"immediate",
+                               "MOM_EVENT_CHANNEL": b"C\\01", "MOM_EVENT_TEXT": b"a\\0b\\ud800c",
+                               "MOM_EVENT_MESSAGE": b"[EVENT:caf\xe9.json:immediate] a\\0b\\ud800c",
+                               "MOM_EVENT_SCHEDULE": b"immediate"})
+        self.assertTrue(wait_for(lambda: not (self.events / name).exists()))
+        self.assertFalse([line for line in cli.err if "command failed" in line])
+
+
 class CheckTest(CliCase):
     def test_one_line_per_file_touching_nothing(self):
         self.put("hook.json", immediate("C1"))
