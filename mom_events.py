@@ -2722,12 +2722,14 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
                         help="how often to look at the directory (default: 0.04)")
     parser.add_argument("--exec", metavar="CMD", dest="command",
                         help="run CMD with /bin/sh -c for each event, one at a time per channel: the message "
-                             "on stdin, the event in MOM_EVENT_* variables; its output goes to the log")
+                             "on stdin, the event in MOM_EVENT_* variables (64 KiB each at most); its output goes "
+                             "to the log; a run ends when its process group is gone")
     parser.add_argument("--exec-timeout", type=_seconds, metavar="SECONDS",
-                        help="a command running longer is stopped (SIGTERM, SIGKILL 5 s later) and counts as "
-                             "failed (default: no limit)")
+                        help="a command running longer is stopped (SIGTERM to its process group, SIGKILL 5 s "
+                             "later) and counts as failed (default: no limit)")
     parser.add_argument("--grace", type=lambda text: _seconds(text, zero_ok=True), default=30.0, metavar="SECONDS",
-                        help="on SIGTERM or SIGINT, how long running events may take to finish (default: 30)")
+                        help="on SIGTERM or SIGINT, how long running events may take to finish (default: 30); "
+                             "a second signal exits at once and kills the commands")
     parser.add_argument("--misfire-grace", type=lambda text: _seconds(text, zero_ok=True), default=0.0,
                         metavar="SECONDS",
                         help="a one-shot that fell due at most this long before start-up still runs, late, "
