@@ -2222,6 +2222,31 @@ class SupervisionTest(CliCase):
         self.assertEqual(cli.finish(), 143)
         self.assertTrue(wait_for(lambda: not self.left_alive(), 5), "a run outlived the harness")
 
+    def test_a_group_of_zombies_is_gone_a_group_with_a_live_member_is_not(self):
+        live = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        self.addCleanup(live.wait)
+        self.addCleanup(live.kill)
+        self.assertTrue(mom_events._group_alive(live.pid))
+        dead = subprocess.Popen(["true"], start_new_session=True)
+        self.addCleanup(dead.wait)
+        os.waitid(os.P_PID, dead.pid, os.WEXITED | os.WNOWAIT)  # a zombie until reaped by the cleanup
+        os.killpg(dead.pid, 0)  # the kill test alone would call it alive
+        self.assertFalse(mom_events._group_alive(dead.pid))
+
+    def test_a_group_that_outlives_sigkill_is_given_up_on_with_one_error_line(self):
+        commands = mom_events._Commands("exit 0", None)
+        finished = []
+        with mock.patch.object(mom_events, "_group_alive", return_value=True), \
+                mock.patch.object(mom_events, "_KILL_AFTER", 0.2), mock.patch.object(mom_events, "_KILL_WAIT", 0.2), \
+                self.assertLogs("mom_events", "WARNING") as logs:
+            runner = threading.Thread(target=lambda: finished.append(commands(Event("a.json", "immediate", "C", "x"))),
+                                      daemon=True)
+            runner.start()
+            runner.join(10)
+        self.assertEqual(finished, [None], "the supervisor waited forever")
+        self.assertEqual([record.levelname for record in logs.records], ["WARNING", "ERROR"])
+        self.assertIn("a.json: processes of the command's group outlive SIGKILL", logs.output[1])
+
 
 _DUMP = """
 import json, os, sys
