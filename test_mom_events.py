@@ -2222,6 +2222,25 @@ class SupervisionTest(CliCase):
         self.assertEqual(cli.finish(), 143)
         self.assertTrue(wait_for(lambda: not self.left_alive(), 5), "a run outlived the harness")
 
+    def test_signals_that_land_on_another_thread_than_the_main_one_act_at_once(self):
+        # kill() with a thread's id wakes that thread; Python runs the handler on the main one
+        cli = self.serve("--exec", _EVAL_TEXT)
+        self.put("a.json", immediate("A", self.probe("stubborn")))
+        self.recorded(1)
+        def to_another_thread():
+            for tid in map(int, os.listdir(f"/proc/{cli.proc.pid}/task")):
+                if tid != cli.proc.pid:
+                    try:
+                        return os.kill(tid, signal.SIGTERM)
+                    except ProcessLookupError:  # a thread that just ended
+                        continue
+            self.fail("the harness has no thread but the main one")
+        to_another_thread()
+        cli.wait_err("stopping", 5)
+        to_another_thread()
+        self.assertEqual(cli.finish(5), 143)
+        self.assertTrue(wait_for(lambda: not self.left_alive(), 5), "a run outlived the harness")
+
     def test_a_group_of_zombies_is_gone_a_group_with_a_live_member_is_not(self):
         live = subprocess.Popen(["sleep", "30"], start_new_session=True)
         self.addCleanup(live.wait)
