@@ -2599,18 +2599,93 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
 # -- --exec: one command per event ------------------------------------------
 
 _KILL_AFTER = 5.0      # seconds between SIGTERM and SIGKILL for a command's group
+_KILL_WAIT = 2.0       # seconds to wait for the group after SIGKILL before giving up on it
 _LINE_LIMIT = 1 << 16  # a longer line of command output is logged in pieces
+_ENV_LIMIT = 1 << 16   # bytes in a MOM_EVENT_* value; Linux takes 128 KiB a variable, 2 MiB in all
+_SIGNAL_TICK = 0.2     # seconds: how soon the CLI's main thread runs a signal handler
 
 
 class _CommandFailed(Exception):
     """The --exec command exited non-zero, died of a signal, or timed out."""
 
 
+def _command_bytes(text: str) -> bytes:
+    """``text`` as a command gets it: UTF-8, with a file name's undecodable
+    bytes as they were (surrogateescape) and any other lone surrogate (JSON
+    allows ``"\\ud800"``, UTF-8 does not) as the six characters ``\\ud800``."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c <= "\udfff" and not "\udc80" <= c <= "\udcff" else c
+                       for c in text).encode("utf-8", "surrogateescape")
+
+
+def _env_value(text: str) -> bytes:
+    """A MOM_EVENT_* value that execve takes whatever the event: NUL, which
+    no environment can hold, as ``\\0``, and at most _ENV_LIMIT bytes, cut
+    before a character with a marker.  stdin has the whole message."""
+    data = _command_bytes(text).replace(b"\0", b"\\0")
+    if len(data) <= _ENV_LIMIT:
+        return data
+    marker = f" [cut: {len(data)} bytes in all; the whole message is on stdin]".encode()
+    cut = _ENV_LIMIT - len(marker)
+    for _ in range(3):  # back to the first byte of a UTF-8 character
+        if data[cut] & 0xC0 != 0x80:
+            break
+        cut -= 1
+    return data[:cut] + marker
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group ``pgid`` still lives.  ``killpg(pgid, 0)``
+    alone says yes while only zombies are left: what a shell leaves behind is
+    reparented to PID 1, which in a container may reap late or never.  A
+    zombie runs nothing and holds nothing, so /proc has the last word.  (A
+    child subreaper could reap them itself, but would then have to reap every
+    daemon the commands start, setsid ones too.)  Without /proc, the kill
+    test is all there is."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # only members we may not signal (setuid): alive
+        return True
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as file:
+                state, _, group = file.read().rsplit(b")", 1)[1].split()[:3]
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+        if int(group) == pgid and state not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class _Commands:
-    """Runs ``/bin/sh -c CMD`` for each event, in a process group of its own,
-    with the message on stdin and the event in the environment (never on the
-    command line).  Its output is logged line by line, prefixed with the
-    event's file name; the harness's stdout stays the clean stream of events."""
+    """Runs ``/bin/sh -c CMD`` for each event, with the message on stdin and
+    the event in the environment (never on the command line).  Its output is
+    logged line by line, prefixed with the event's file name; the harness's
+    stdout stays the clean stream of events.
+
+    A run is its process group (a session of its own), and it ends when the
+    group is gone, not when the shell exits: dash does not exec the last
+    command, so a SIGTERM can end the shell and spare the command, and a
+    command can leave children behind.  So SIGTERM, then SIGKILL, go to the
+    group whatever became of the shell, and what a command leaves in its
+    group when it exits gets the same, as systemd does with a service's
+    control group.  A program meant to outlive its run starts a session of
+    its own (setsid)."""
 
     def __init__(self, command: str, timeout: Optional[float]):
         self.command = command
@@ -2620,9 +2695,9 @@ class _Commands:
         self._stopped = False
 
     def __call__(self, event: Event) -> None:
-        env = dict(os.environ, MOM_EVENT_FILE=event.filename, MOM_EVENT_TYPE=event.type,
-                   MOM_EVENT_CHANNEL=event.channel_id, MOM_EVENT_TEXT=event.text,
-                   MOM_EVENT_MESSAGE=event.message, MOM_EVENT_SCHEDULE=_when(event) or event.type)
+        fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
+                  "MESSAGE": event.message, "SCHEDULE": _when(event) or event.type}
+        env = dict(os.environ, **{f"MOM_EVENT_{name}": _env_value(value) for name, value in fields.items()})
         import subprocess
         with self._lock:
             if self._stopped:
@@ -2631,7 +2706,7 @@ class _Commands:
                 proc = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                         start_new_session=True)
-            except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the text
+            except OSError as exc:
                 raise _CommandFailed(f"cannot start the command: {exc}") from None
             self._deadlines[proc] = time.monotonic() + self.timeout if self.timeout else math.inf
         try:
@@ -2656,29 +2731,31 @@ class _Commands:
             for proc in self._deadlines:
                 self._deadlines[proc] = -math.inf
 
-    def terminate_all(self) -> None:
-        """The second signal: SIGTERM to every running command's group now,
-        since the harness leaves at once and no supervisor will be left to.
-        Runs in a signal handler, so it waits for the lock only briefly: a
-        command being started holds it until the command is in the table."""
+    def kill_all(self) -> None:
+        """SIGKILL to every run's group now, and start no new one: the harness
+        is leaving (a second signal, or the end of shutdown) and no supervisor
+        will be left to stop them.  It runs in a signal handler, so it waits
+        for the lock only briefly: a command being started holds it until the
+        command is in the table."""
         self._stopped = True
         locked = self._lock.acquire(timeout=1.0)
         try:
             for proc in list(self._deadlines):
-                _signal_group(proc, signal.SIGTERM)
+                _signal_group(proc, signal.SIGKILL)
         finally:
             if locked:
                 self._lock.release()
 
     def _supervise(self, proc: subprocess.Popen, event: Event) -> Optional[str]:
-        """Feed stdin, log output, enforce the deadline; wait for the exit.
+        """Feed stdin, log output and enforce the deadline until the run's
+        group is gone, or has outlived SIGKILL by _KILL_WAIT s (logged).
         Returns None, "timeout" or "shutdown" (why we killed it)."""
         import selectors
         import subprocess
-        pending = (event.message + "\n").encode("utf-8", "surrogateescape")
+        pending = _command_bytes(event.message + "\n")
         streams = {proc.stdout.fileno(): (logging.INFO, bytearray()),
                    proc.stderr.fileno(): (logging.WARNING, bytearray())}
-        killed, kill_at = None, math.inf
+        killed, stopping, kill_at, give_up_at = None, False, math.inf, math.inf
         with selectors.DefaultSelector() as selector:
             os.set_blocking(proc.stdin.fileno(), False)
             selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
@@ -2686,40 +2763,62 @@ class _Commands:
                 selector.register(fd, selectors.EVENT_READ)
             while True:
                 now = time.monotonic()
+                exited = proc.poll() is not None
+                if exited and not _group_alive(proc.pid):
+                    break
                 with self._lock:
                     deadline = self._deadlines[proc]
-                if killed is None and now >= deadline:
-                    killed = "shutdown" if deadline == -math.inf else "timeout"
-                    kill_at = now + _KILL_AFTER
+                if not stopping and (exited or now >= deadline):
+                    if exited:
+                        log.warning("%s: the command left processes in its group; stopping them "
+                                    "(a program meant to outlive its run starts with setsid)", event.filename)
+                    else:
+                        killed = "shutdown" if deadline == -math.inf else "timeout"
                     _signal_group(proc, signal.SIGTERM)
+                    stopping, kill_at = True, now + _KILL_AFTER
                 elif now >= kill_at:
                     _signal_group(proc, signal.SIGKILL)
-                    kill_at = math.inf
-                exited = proc.poll() is not None
-                if exited and not selector.get_map():
+                    kill_at, give_up_at = math.inf, now + _KILL_WAIT
+                elif now >= give_up_at:
+                    log.error("%s: processes of the command's group outlive SIGKILL; no longer waiting "
+                              "for them", event.filename)
                     break
-                # Tick at 0.1 s while a command runs: to notice its exit even if a
-                # child it left behind holds the pipes open, and the deadline.
-                ready = selector.select(0 if exited else 0.1) if selector.get_map() else []
-                if not selector.get_map() and not exited:
+                # Tick at 0.1 s: the group's end and the deadline come without a word on the pipes.
+                if selector.get_map():
+                    for key, _ in selector.select(0.1):
+                        if key.events & selectors.EVENT_WRITE:
+                            pending = self._feed(selector, proc.stdin, pending)
+                        else:
+                            self._relay(selector, key.fd, streams[key.fd], event.filename)
+                elif not exited:
                     try:
                         proc.wait(0.1)
                     except subprocess.TimeoutExpired:
                         pass
-                if exited and not ready:
-                    break  # gone; anything still holding its pipes is not ours to wait for
-                for key, _ in ready:
-                    if key.events & selectors.EVENT_WRITE:
-                        pending = self._feed(selector, proc.stdin, pending)
-                    else:
-                        self._relay(selector, key.fd, streams[key.fd], event.filename)
+                else:
+                    time.sleep(0.1)
+            self._drain(selector, streams, event.filename)
         for level, buffer in streams.values():
             if buffer:
                 log.log(level, "%s: %s", event.filename, buffer.decode("utf-8", "backslashreplace"))
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             pipe.close()
-        proc.wait()
         return killed
+
+    def _drain(self, selector: selectors.BaseSelector, streams: dict, filename: str) -> None:
+        """Log what the group wrote last; what a process outside it (a setsid
+        daemon) still writes to the pipes is not waited for."""
+        import selectors
+        for key in list(selector.get_map().values()):
+            if key.events & selectors.EVENT_WRITE:
+                selector.unregister(key.fd)
+        give_up_at = time.monotonic() + 1.0
+        while selector.get_map() and time.monotonic() < give_up_at:
+            ready = selector.select(0)
+            if not ready:
+                return
+            for key, _ in ready:
+                self._relay(selector, key.fd, streams[key.fd], filename)
 
     @staticmethod
     def _feed(selector: selectors.BaseSelector, pipe, pending: bytes) -> bytes:
@@ -2748,13 +2847,6 @@ class _Commands:
             line = bytes(buffer[:cut]).rstrip(b"\r")
             del buffer[:cut + (end >= 0)]
             log.log(level, "%s: %s", filename, line.decode("utf-8", "backslashreplace"))
-
-
-def _signal_group(proc: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(proc.pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def _report(event: Event, exc: BaseException) -> None:
@@ -2887,12 +2979,14 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
                         help="how often to look at the directory (default: 0.04)")
     parser.add_argument("--exec", metavar="CMD", dest="command",
                         help="run CMD with /bin/sh -c for each event, one at a time per channel: the message "
-                             "on stdin, the event in MOM_EVENT_* variables; its output goes to the log")
+                             "on stdin, the event in MOM_EVENT_* variables (64 KiB each at most); its output goes "
+                             "to the log; a run ends when its process group is gone")
     parser.add_argument("--exec-timeout", type=_seconds, metavar="SECONDS",
-                        help="a command running longer is stopped (SIGTERM, SIGKILL 5 s later) and counts as "
-                             "failed (default: no limit)")
+                        help="a command running longer is stopped (SIGTERM to its process group, SIGKILL 5 s "
+                             "later) and counts as failed (default: no limit)")
     parser.add_argument("--grace", type=lambda text: _seconds(text, zero_ok=True), default=30.0, metavar="SECONDS",
-                        help="on SIGTERM or SIGINT, how long running events may take to finish (default: 30)")
+                        help="on SIGTERM or SIGINT, how long running events may take to finish (default: 30); "
+                             "a second signal exits at once and kills the commands")
     parser.add_argument("--misfire-grace", type=lambda text: _seconds(text, zero_ok=True), default=0.0,
                         metavar="SECONDS",
                         help="a one-shot that fell due at most this long before start-up still runs, late, "
@@ -2951,9 +3045,9 @@ def _serve(args: argparse.Namespace) -> int:
     commands = _Commands(args.command, args.exec_timeout) if args.command else None
 
     def on_signal(signum, frame):
-        if stop.is_set():  # the second signal: leave now
+        if stop.is_set():  # the second signal: leave now, and leave nothing of any run behind
             if commands is not None:
-                commands.terminate_all()
+                commands.kill_all()
             os._exit(128 + signum)
         stop.set()
 
@@ -2982,19 +3076,45 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if watcher.active:
         log.info("watching %s (%d events scheduled)", os.path.abspath(args.dir), watcher.scheduled_count())
-    stop.wait()
-    if halted:
-        watcher.stop(timeout=args.grace)
-        return 2
-    log.info("stopping; running events have %g s to finish", args.grace)
-    still_running = watcher.stop(timeout=args.grace)
-    if not still_running:
-        return 0
-    log.warning("grace period over; stopping what still runs on channels %s", ", ".join(still_running))
-    if commands is not None:
-        commands.stop_all()
-        watcher.stop(timeout=_KILL_AFTER + 1)
-    return 1
+
+    def shut_down() -> int:
+        if not halted:
+            log.info("stopping; running events have %g s to finish", args.grace)
+        still_running = watcher.stop(timeout=args.grace)
+        if still_running:
+            log.warning("grace period over; stopping what still runs on channels %s", ", ".join(still_running))
+            if commands is not None:
+                commands.stop_all()
+                watcher.stop(timeout=_KILL_AFTER + _KILL_WAIT + 1)
+                commands.kill_all()  # whatever a supervisor gave up on: nothing of a run outlives the harness
+        return 2 if halted else 1 if still_running else 0
+
+    while not stop.wait(_SIGNAL_TICK):
+        pass
+    return _with_signals_handled(shut_down)
+
+
+def _with_signals_handled(fn: Callable[[], int]) -> int:
+    """``fn()`` on a thread of its own, the main thread waking every
+    _SIGNAL_TICK meanwhile.  The kernel may give a signal to any thread, and
+    Python runs its handler only when the main thread next runs Python code:
+    blocked in a lock for the grace period, or for good in ``stop.wait()``, it
+    would leave SIGTERM unheard (seen under load, 1 start in 15)."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(fn())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name="mom_events-shutdown", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(_SIGNAL_TICK)
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 if __name__ == "__main__":

@@ -2120,6 +2120,232 @@ class ExecTest(CliCase):
         self.assertIn("--exec-timeout needs --exec", result.stderr)
 
 
+# Each run of these commands is the event's text, so one harness can run different commands.
+_EVAL_TEXT = 'eval "$MOM_EVENT_TEXT"'
+_PROBE = """
+import json, os, signal, sys, time
+pids, what = sys.argv[1], sys.argv[2]
+if what == "stubborn":  # outlives its shell's SIGTERM, as a command under dash does
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(pids, "a") as file:
+        file.write(f"{os.getpid()}\\n")
+    time.sleep(60)
+else:  # "check OUT": which processes of the runs before this one still live
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as file:
+                return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    with open(pids) as file:
+        living = [int(pid) for pid in file.read().split() if alive(int(pid))]
+    with open(sys.argv[3] + ".tmp", "w") as file:
+        json.dump(living, file)
+    os.rename(sys.argv[3] + ".tmp", sys.argv[3])
+"""
+
+
+class SupervisionTest(CliCase):
+    """A run is its process group, under /bin/sh = dash too (which does not
+    exec the last command): the channel goes on, and the harness exits, only
+    when the group is gone.  The runs write every pid they start to a file;
+    cleanup kills them all, whatever the harness did."""
+
+    def setUp(self):
+        super().setUp()
+        self.pids = self.dir / "pids"  # processes that must not outlive their run
+        self.kept = self.dir / "kept"  # setsid daemons, which may
+        self.pids.touch()
+        (self.dir / "probe.py").write_text(_PROBE)
+        self.addCleanup(self.kill_recorded)
+
+    def kill_recorded(self):
+        for path in (self.pids, self.kept):
+            for pid in path.read_text().split() if path.exists() else []:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def probe(self, *args):
+        return " ".join(f'"{arg}"' for arg in (sys.executable, self.dir / "probe.py", self.pids, *args))
+
+    def recorded(self, count):
+        self.assertTrue(wait_for(lambda: len(self.pids.read_text().split()) >= count, 10))
+
+    def left_alive(self):
+        return [pid for pid in map(int, self.pids.read_text().split()) if alive(pid)]
+
+    def checked(self, out):
+        self.assertTrue(wait_for(out.exists, 30), "the check never ran")
+        return json.loads(out.read_text())
+
+    def test_a_command_that_outlives_its_shell_at_the_timeout_is_killed_before_the_channel_goes_on(self):
+        cli = self.serve("--exec", _EVAL_TEXT, "--exec-timeout", "1")
+        self.put("a1.json", immediate("A", self.probe("stubborn")))
+        self.recorded(1)
+        self.put("a2.json", immediate("A", self.probe("check", self.dir / "check")))
+        self.assertEqual(self.checked(self.dir / "check"), [], "a2 ran while a1's command still lived")
+        self.assertRegex(cli.wait_err("a1.json: command failed"), r"timed out after 1 s$")
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertEqual(self.left_alive(), [])
+
+    def test_what_a_finished_command_leaves_in_its_group_is_stopped_setsid_daemons_are_not(self):
+        cli = self.serve("--exec", _EVAL_TEXT)
+        runs = {"child.json": f"sleep 60 & echo $! >> {self.pids}",  # holding stdout and stderr
+                "orphan.json": f"(sleep 60 >/dev/null 2>&1 & echo $! >> {self.pids})",  # its parent gone
+                # the run waits until the daemon has its own session, else that is a race it may lose
+                "daemon.json": f"setsid sh -c 'echo $$ >> {self.kept}; exec sleep 60' >/dev/null 2>&1 & "
+                               f"while [ ! -s {self.kept} ]; do sleep 0.01; done"}
+        for name, text in runs.items():
+            self.put(name, immediate("A", text))
+            self.assertTrue(wait_for(lambda: not (self.events / name).exists(), 10), name)
+        self.put("check.json", immediate("A", self.probe("check", self.dir / "check")))
+        self.assertEqual(self.checked(self.dir / "check"), [], "a run's leftovers outlived it")
+        self.assertEqual(len(self.pids.read_text().split()), 2)
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertFalse([line for line in cli.err if "command failed" in line])
+        self.assertEqual(sum("left processes in its group" in line for line in cli.err), 2)
+        self.assertEqual(self.left_alive(), [])
+        self.assertTrue(alive(int(self.kept.read_text())), "the setsid daemon was killed")
+
+    def test_the_grace_running_out_leaves_nothing_of_a_command_that_outlives_its_shell(self):
+        cli = self.serve("--grace", "0.3", "--exec", _EVAL_TEXT)
+        self.put("a.json", immediate("A", self.probe("stubborn")))
+        self.recorded(1)
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(30), 1)
+        self.assertEqual(self.left_alive(), [])
+        self.assertTrue((self.events / "a.json").exists())
+        self.assertTrue(any("a.json: command stopped at shutdown; its file stays" in line for line in cli.err))
+
+    def test_a_second_signal_leaves_nothing_of_a_command_that_ignores_sigterm(self):
+        cli = self.serve("--exec", _EVAL_TEXT)
+        self.put("a.json", immediate("A", f"trap '' TERM; {self.probe('stubborn')}"))
+        self.recorded(1)
+        cli.signal(signal.SIGTERM)
+        cli.wait_err("stopping")
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 143)
+        self.assertTrue(wait_for(lambda: not self.left_alive(), 5), "a run outlived the harness")
+
+    def test_signals_that_land_on_another_thread_than_the_main_one_act_at_once(self):
+        # kill() with a thread's id wakes that thread; Python runs the handler on the main one
+        cli = self.serve("--exec", _EVAL_TEXT)
+        self.put("a.json", immediate("A", self.probe("stubborn")))
+        self.recorded(1)
+        def to_another_thread():
+            for tid in map(int, os.listdir(f"/proc/{cli.proc.pid}/task")):
+                if tid != cli.proc.pid:
+                    try:
+                        return os.kill(tid, signal.SIGTERM)
+                    except ProcessLookupError:  # a thread that just ended
+                        continue
+            self.fail("the harness has no thread but the main one")
+        to_another_thread()
+        cli.wait_err("stopping", 5)
+        to_another_thread()
+        self.assertEqual(cli.finish(5), 143)
+        self.assertTrue(wait_for(lambda: not self.left_alive(), 5), "a run outlived the harness")
+
+    def test_a_group_of_zombies_is_gone_a_group_with_a_live_member_is_not(self):
+        live = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        self.addCleanup(live.wait)
+        self.addCleanup(live.kill)
+        self.assertTrue(mom_events._group_alive(live.pid))
+        dead = subprocess.Popen(["true"], start_new_session=True)
+        self.addCleanup(dead.wait)
+        os.waitid(os.P_PID, dead.pid, os.WEXITED | os.WNOWAIT)  # a zombie until reaped by the cleanup
+        os.killpg(dead.pid, 0)  # the kill test alone would call it alive
+        self.assertFalse(mom_events._group_alive(dead.pid))
+
+    def test_a_group_that_outlives_sigkill_is_given_up_on_with_one_error_line(self):
+        commands = mom_events._Commands("exit 0", None)
+        finished = []
+        with mock.patch.object(mom_events, "_group_alive", return_value=True), \
+                mock.patch.object(mom_events, "_KILL_AFTER", 0.2), mock.patch.object(mom_events, "_KILL_WAIT", 0.2), \
+                self.assertLogs("mom_events", "WARNING") as logs:
+            runner = threading.Thread(target=lambda: finished.append(commands(Event("a.json", "immediate", "C", "x"))),
+                                      daemon=True)
+            runner.start()
+            runner.join(10)
+        self.assertEqual(finished, [None], "the supervisor waited forever")
+        self.assertEqual([record.levelname for record in logs.records], ["WARNING", "ERROR"])
+        self.assertIn("a.json: processes of the command's group outlive SIGKILL", logs.output[1])
+
+
+_DUMP = """
+import json, os, sys
+stdin = sys.stdin.buffer.read()
+env = {key.decode(): value.hex() for key, value in os.environb.items() if key.startswith(b"MOM_EVENT_")}
+out = os.path.join(sys.argv[1], str(os.getpid()))
+with open(out + ".tmp", "w") as file:
+    json.dump({"stdin": stdin.hex(), "env": env}, file)
+os.rename(out + ".tmp", out + ".run")
+"""
+
+
+class ExecEnvironmentTest(CliCase):
+    """Whatever a valid event holds, its command runs: the whole message on
+    stdin, and in MOM_EVENT_* what the environment can carry."""
+
+    def setUp(self):
+        super().setUp()
+        (self.dir / "dump.py").write_text(_DUMP)
+        self.out = self.dir / "runs"
+        self.out.mkdir()
+
+    def serve_dump(self):
+        return self.serve("--exec", f'"{sys.executable}" "{self.dir / "dump.py"}" "{self.out}"')
+
+    def run_of(self, cli, filename):
+        """The stdin and MOM_EVENT_* bytes the command got for ``filename``."""
+        def find():
+            for path in self.out.glob("*.run"):
+                run = json.loads(path.read_text())
+                env = {key: bytes.fromhex(value) for key, value in run["env"].items()}
+                if env["MOM_EVENT_FILE"] == os.fsencode(filename):
+                    return bytes.fromhex(run["stdin"]), env
+        self.assertTrue(wait_for(find, 10), f"{filename} did not run: {cli.err}")
+        return find()
+
+    def test_an_event_too_big_for_the_environment_runs_whole_on_stdin_and_cut_in_it(self):
+        limit = mom_events._ENV_LIMIT
+        text = "x" + "€" * 80000  # 240 KB, over Linux's 128 KiB a variable; the cut falls inside a "€"
+        channel = "C" * (limit + 1)
+        cli = self.serve_dump()
+        self.put("big.json", immediate(channel, text))
+        stdin, env = self.run_of(cli, "big.json")
+        message = Event("big.json", "immediate", channel, text).message
+        self.assertEqual(stdin, (message + "\n").encode())
+        for name, whole in (("TEXT", text), ("MESSAGE", message), ("CHANNEL", channel)):
+            with self.subTest(name):
+                value = env[f"MOM_EVENT_{name}"]
+                self.assertLessEqual(len(value), limit)
+                kept, marker = value.decode("utf-8").rsplit(" [cut: ", 1)  # strictly: no character split
+                self.assertTrue(whole.startswith(kept))
+                self.assertGreater(len(kept.encode()), limit - 100)
+                self.assertEqual(marker, f"{len(whole.encode())} bytes in all; the whole message is on stdin]")
+        self.assertEqual((env["MOM_EVENT_FILE"], env["MOM_EVENT_TYPE"]), (b"big.json", b"immediate"))
+        self.assertTrue(wait_for(lambda: not (self.events / "big.json").exists()))
+        self.assertFalse([line for line in cli.err if "command failed" in line])
+
+    def test_nul_a_lone_surrogate_and_an_undecodable_file_name(self):
+        name = os.fsdecode(b"caf\xe9.json")  # not UTF-8: the name's bytes reach the command as they are
+        cli = self.serve_dump()
+        self.put(name, immediate("C\u00001", "a\u0000b\ud800c"))  # JSON escapes: a valid file
+        stdin, env = self.run_of(cli, name)
+        self.assertEqual(stdin, b"[EVENT:caf\xe9.json:immediate] a\0b\\ud800c\n")
+        self.assertEqual(env, {"MOM_EVENT_FILE": b"caf\xe9.json", "MOM_EVENT_TYPE": b"immediate",
+                               "MOM_EVENT_CHANNEL": b"C\\01", "MOM_EVENT_TEXT": b"a\\0b\\ud800c",
+                               "MOM_EVENT_MESSAGE": b"[EVENT:caf\xe9.json:immediate] a\\0b\\ud800c",
+                               "MOM_EVENT_SCHEDULE": b"immediate"})
+        self.assertTrue(wait_for(lambda: not (self.events / name).exists()))
+        self.assertFalse([line for line in cli.err if "command failed" in line])
+
+
 class CheckTest(CliCase):
     def test_one_line_per_file_touching_nothing(self):
         self.put("hook.json", immediate("C1"))
