@@ -433,6 +433,13 @@ def _field(text: str, spec: _FieldSpec) -> set[int]:
     return set().union(*(_values(item, spec) for item in _items(text, spec)))
 
 
+def _plain_list(text: str, spec: _FieldSpec) -> str:
+    """A field spelled as croniter reads it right, and quickly: ``*`` or a
+    plain list of its values."""
+    values = _field(text, spec)
+    return "*" if len(values) == spec.size else ",".join(map(str, sorted(values)))
+
+
 def _unrestricted(text: str) -> bool:
     """cron(8)'s test of a day field, which decides how the two combine: one
     whose text starts with ``*`` (or croner's ``?``) does not restrict."""
@@ -559,12 +566,11 @@ class _Cron:
         if len(fields) == 6:
             fields.append("*")
         second, minute, hour, dom, month, dow, year = fields
-        self.times = " ".join(",".join(map(str, sorted(_field(value, spec))))
-                              for value, spec in ((second, _SECOND), (minute, _MINUTE), (hour, _HOUR)))
+        self.times = " ".join(_plain_list(value, spec) for value, spec in
+                              ((second, _SECOND), (minute, _MINUTE), (hour, _HOUR)))
         self.days = _Days(dom, dow)
         self.months = sorted(_field(month, _MONTH))
-        years = _field(year, _YEAR)
-        self.years = None if len(years) == _YEAR.size else frozenset(years)  # None: every year
+        self.years = None if year in ("*", "?") else frozenset(_field(year, _YEAR))  # None: every year
         self.wildcard = _unrestricted(minute) or _unrestricted(hour)
         self._lock = threading.Lock()
         self._times = None

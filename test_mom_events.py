@@ -3,6 +3,7 @@ decision methods take ``now``, and channel workers are run by hand.  A few
 end-to-end tests use the real thread, real files and the CLI."""
 
 import asyncio
+import functools
 import heapq
 import itertools
 import json
@@ -17,7 +18,7 @@ import tempfile
 import threading
 import time
 import unittest
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from unittest import mock
 from zoneinfo import ZoneInfo
@@ -415,24 +416,32 @@ def _first_after_gap(tz, wall):
 
 # A reference cron, written from the rules alone (no croniter): a day matches
 # by cron(8)'s rule, then every matching wall time of the day becomes the real
-# instants the DST rules give it.
+# instants the DST rules give it.  The day forms are croner's: '?' is '*', L
+# and LW and nW in day-of-month, n#k and n#L and nL in day-of-week, '+' before
+# day-of-week for both, a seventh field for the year.
 
 _REF_MONTHS = {m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)}
 _REF_DAYS = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
 _REF_FIELDS = [("second", 0, 59, {}), ("minute", 0, 59, {}), ("hour", 0, 23, {}),
                ("dom", 1, 31, {}), ("month", 1, 12, _REF_MONTHS), ("dow", 0, 7, _REF_DAYS)]
+_REF_YEAR = ("year", 1, 9999, {})
 
 
 def _ref_field(text, name, low, high, names):
-    """(values, last day of month?, {(weekday, k)}) for one field's text."""
-    values, last, nth = set(), False, set()
+    """(values, marks) for one field's text; marks are "L", "LW", ("W", n)
+    and (weekday, k) with k 1-5 or "L"."""
+    values, marks = set(), set()
     value = lambda t: names[t.lower()] if t.lower() in names else int(t)
     for item in text.split(","):
-        if item.upper() == "L":
-            last = True
-        elif "#" in item:
-            day, k = item.split("#")
-            nth.add((value(day) % 7, int(k)))
+        upper = item.upper()
+        if upper in ("L", "LW"):
+            marks.add(upper)
+        elif name == "dom" and upper.endswith("W"):
+            marks.add(("W", int(item[:-1])))
+        elif name == "dow" and ("#" in item or upper.endswith("L")):
+            days, k = item.split("#") if "#" in item else (item[:-1], "L")
+            k = "L" if k.upper() == "L" else int(k)
+            marks.update((day, k) for day in _ref_field(days, name, low, high, names)[0])
         else:
             body, slash, step = item.partition("/")
             if body == "*":
@@ -447,19 +456,46 @@ def _ref_field(text, name, low, high, names):
             values.update(range(a, b + 1, int(step) if slash else 1))
     if name == "dow":
         values = {v % 7 for v in values}
-    return values, last, nth
+    return values, marks
+
+
+@functools.lru_cache(maxsize=None)
+def _ref_month(year, month):
+    """The month's dates, and its Monday-to-Friday day numbers."""
+    first = date(year, month, 1)
+    dates = [d for d in (first + timedelta(days=i) for i in range(31)) if d.month == month]
+    return dates, [d.day for d in dates if d.weekday() < 5]
+
+
+def _ref_day(day, doms, dom_marks, dows, dow_marks, either):
+    """Whether the date ``day`` matches the day fields, by brute force."""
+    month, workdays = _ref_month(day.year, day.month)
+    nearest = {min(workdays, key=lambda w: abs(w - n)) for mark in dom_marks if mark[0] == "W"
+               for n in [mark[1]] if n <= len(month)}  # the closest Monday-Friday in the month
+    by_date = (day.day in doms or day.day in nearest or ("L" in dom_marks and day.day == len(month))
+               or ("LW" in dom_marks and day.day == workdays[-1]))
+    weekday = (day.weekday() + 1) % 7
+    kth = sum(1 for d in month if d.weekday() == day.weekday() and d <= day)
+    last = (day + timedelta(days=7)).month != day.month
+    by_weekday = weekday in dows or (weekday, kth) in dow_marks or (last and (weekday, "L") in dow_marks)
+    return (by_date or by_weekday) if either else (by_date and by_weekday)
 
 
 def _ref_next(schedule, zone, after, years=6):
     """The first instant strictly after ``after`` by the rules, or None
     within ``years``."""
-    import calendar
     texts = schedule.split()
     if len(texts) == 5:
         texts = ["0"] + texts
-    (seconds, _, _), (minutes, _, _), (hours, _, _), (doms, last, _), (months, _, _), (dows, _, nth) = (
+    if len(texts) == 6:
+        texts = texts + ["*"]
+    plus = texts[5].startswith("+")
+    texts[5] = texts[5].lstrip("+")
+    texts = [text.replace("?", "*") for text in texts]
+    (seconds, _), (minutes, _), (hours, _), (doms, dom_marks), (months, _), (dows, dow_marks) = (
         _ref_field(text, *spec) for text, spec in zip(texts, _REF_FIELDS))
-    either = not texts[3].startswith("*") and not texts[5].startswith("*")
+    in_years = range(1, 10000) if texts[6] == "*" else _ref_field(texts[6], *_REF_YEAR)[0]
+    either = not plus and not texts[3].startswith("*") and not texts[5].startswith("*")
     wildcard = texts[1].startswith("*") or texts[2].startswith("*")
     tz = ZoneInfo(zone)
     times = [(h, m, s) for h in sorted(hours) for m in sorted(minutes) for s in sorted(seconds)]
@@ -470,11 +506,7 @@ def _ref_next(schedule, zone, after, years=6):
         if best is not None and datetime.combine(day, datetime.min.time()) - timedelta(hours=3) > \
                 best.astimezone(tz).replace(tzinfo=None):
             break
-        in_month = day.month in months
-        weekday = (day.weekday() + 1) % 7
-        dom_ok = day.day in doms or (last and day.day == calendar.monthrange(day.year, day.month)[1])
-        dow_ok = weekday in dows or (weekday, (day.day - 1) // 7 + 1) in nth
-        if in_month and ((dom_ok or dow_ok) if either else (dom_ok and dow_ok)):
+        if day.year in in_years and day.month in months and _ref_day(day, doms, dom_marks, dows, dow_marks, either):
             for h, m, s in times:
                 wall = datetime(day.year, day.month, day.day, h, m, s)
                 if wall < earliest:
