@@ -401,7 +401,7 @@ def _items(text: str, spec: _FieldSpec) -> list[str]:
     return items
 
 
-def _values(item: str, spec: _FieldSpec) -> set[int]:
+def _values(item: str, spec: _FieldSpec) -> range | set[int]:
     """The values of one plain list item: a number or name, a range, a step,
     or ``*`` (croner's ``?`` is the same).  Sunday comes out as 0."""
     body, slash, step_text = item.partition("/")
@@ -426,7 +426,7 @@ def _values(item: str, spec: _FieldSpec) -> set[int]:
         low = _field_value(body, spec)
         high = spec.high if slash else low  # "a/n" runs to the field's last value (Sunday, 7, for days)
     values = range(low, high + 1, step)
-    return {day % 7 for day in values} if spec is _DOW else set(values)
+    return {day % 7 for day in values} if spec is _DOW else values
 
 
 def _field(text: str, spec: _FieldSpec) -> set[int]:
@@ -500,7 +500,7 @@ class _Days:
             elif upper.endswith("L"):
                 raise _CronError(f"{_clip(item)!r}: in day-of-month 'L' stands alone (the last day) or as LW")
             else:
-                self.dom |= _values(item, _DOM)
+                self.dom.update(_values(item, _DOM))
         self.weekdays: set[int] = set()
         self.nth: set[tuple[int, object]] = set()  # (weekday, k): k is 1-5, or "L" for the last
         for item in _items(dow, _DOW):
@@ -508,7 +508,7 @@ class _Days:
             if not sharp and item.upper().endswith("L"):
                 days, nth = item[:-1], "L"
             elif not sharp:
-                self.weekdays |= _values(item, _DOW)
+                self.weekdays.update(_values(item, _DOW))
                 continue
             if not days:
                 raise _CronError(f"{_clip(item)!r}: a day comes first, as in FRI#2, FRI#L or 5L")
@@ -570,7 +570,8 @@ class _Cron:
                               ((second, _SECOND), (minute, _MINUTE), (hour, _HOUR)))
         self.days = _Days(dom, dow)
         self.months = sorted(_field(month, _MONTH))
-        self.years = None if year in ("*", "?") else frozenset(_field(year, _YEAR))  # None: every year
+        # None for every year; else ranges, not a set that could hold 9,999 years
+        self.years = None if year in ("*", "?") else [_values(item, _YEAR) for item in _items(year, _YEAR)]
         self.wildcard = _unrestricted(minute) or _unrestricted(hour)
         self._lock = threading.Lock()
         self._times = None
@@ -610,7 +611,7 @@ class _Cron:
         never fires is known as such after 400 years' search, not 8,000."""
         searched = set()
         for year in range(wall.year, _YEAR.high + 1):
-            if year % 400 in searched or (self.years is not None and year not in self.years):
+            if year % 400 in searched or (self.years is not None and not any(year in r for r in self.years)):
                 continue
             for month in self.months:
                 for day in self.days.in_month(year, month):
@@ -618,7 +619,6 @@ class _Cron:
                         yield datetime(year, month, day)
             if year > wall.year:  # the first year was searched from wall's day only
                 searched.add(year % 400)
-
 
     def next_after(self, tz: ZoneInfo, after: datetime) -> datetime:
         after = after.astimezone(timezone.utc)
