@@ -514,7 +514,7 @@ class _Days:
                 raise _CronError(f"{_clip(item)!r}: a day comes first, as in FRI#2, FRI#L or 5L")
             nth = nth.upper()
             if nth != "L" and _number(nth) not in range(1, 6):
-                raise _CronError(f"{_clip(item)!r}: after '#' comes 1 to 5, or L for the last")
+                raise _CronError(f"{_clip(item)!r}: the number after '#' must be 1 to 5")
             self.nth |= {(day, nth if nth == "L" else int(nth)) for day in _values(days, _DOW)}
         self._by_shape: dict[tuple[int, int], tuple[int, ...]] = {}
 
