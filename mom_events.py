@@ -386,6 +386,7 @@ _HOUR = _FieldSpec("hour", 0, 23, {}, 24)
 _DOM = _FieldSpec("day-of-month", 1, 31, {}, 31)
 _MONTH = _FieldSpec("month", 1, 12, _MONTHS, 12)
 _DOW = _FieldSpec("day-of-week", 0, 7, _WEEKDAYS, 7)  # 0 and 7 are Sunday
+_YEAR = _FieldSpec("year", 1, 9999, {}, 9999)  # croner's range, and datetime's
 
 _MACROS = {
     "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
@@ -408,37 +409,40 @@ def _field_value(text: str, spec: _FieldSpec) -> int:
     if value is None:
         if text.lower() in spec.names:
             return spec.names[text.lower()]
-        raise _CronError(f"{_clip(text)!r} is not a valid {spec.name} value")
+        upper, hint = text.upper(), ""
+        if "#" in upper:
+            hint = " ('#' belongs in day-of-week)"
+        elif upper.endswith("W"):
+            hint = " ('W' belongs in day-of-month)"
+        elif upper.endswith("L"):
+            hint = " ('L' belongs in day-of-month or day-of-week)"
+        raise _CronError(f"{_clip(text)!r} is not a valid {spec.name} value{hint}")
     if not spec.low <= value <= spec.high:
         raise _CronError(f"{spec.name} {_clip(text, 12)} is out of range {spec.low}-{spec.high}")
     return value
 
 
-def _normalize_item(item: str, spec: _FieldSpec) -> str:
-    """One comma-separated item, spelled the way croniter reads it correctly.
-    Day-of-week items come out as explicit lists of 0-6, Sunday as 0."""
-    if item == "?":
-        raise _CronError(f"'?' is not supported in the {spec.name} field; use '*'")
-    if spec is _DOM and item.upper() == "L":
-        return "L"
-    if spec is _DOW and "#" in item:
-        day, _, nth = item.partition("#")
-        if _number(nth) not in range(1, 6):
-            raise _CronError(f"{_clip(item)!r}: the number after '#' must be 1 to 5")
-        return f"{_field_value(day, spec) % 7}#{int(nth)}"
+def _items(text: str, spec: _FieldSpec) -> list[str]:
+    items = text.split(",")
+    if "" in items:
+        raise _CronError(f"empty list item in the {spec.name} field {_clip(text)!r}")
+    return items
+
+
+def _values(item: str, spec: _FieldSpec) -> range | set[int]:
+    """The values of one plain list item: a number or name, a range, a step,
+    or ``*`` (croner's ``?`` is the same).  Sunday comes out as 0."""
     body, slash, step_text = item.partition("/")
-    step = None
+    step = 1
     if slash:
         step = _number(step_text)
         if not step:
             raise _CronError(f"{_clip(item)!r}: the step must be a positive whole number")
         if step > spec.size:
             raise _CronError(f"{_clip(item)!r}: step {_clip(step_text, 12)} is larger than the {spec.name} field")
-    if body == "*":
-        if spec is _DOW and step:  # every n-th day from Sunday
-            return ",".join(map(str, range(0, 7, step)))
-        return "*" + (f"/{step}" if step else "")
-    if "-" in body:
+    if body in ("*", "?"):
+        low, high = spec.low, spec.high
+    elif "-" in body:
         first, _, last = body.partition("-")
         low, high = _field_value(first, spec), _field_value(last, spec)
         if spec is _DOW and high == 0 and low > 0:  # "fri-sun" ends on Sunday, 7
@@ -448,24 +452,127 @@ def _normalize_item(item: str, spec: _FieldSpec) -> str:
                              f"(split it: {first}-{spec.high},{spec.low}-{last})")
     else:
         low = _field_value(body, spec)
-        high = spec.high if step else low  # "a/n" runs to the field's last value (Sunday, 7, for days)
-    if spec is _DOW:  # cronie's reading; croniter's own differs for 7 and steps
-        return ",".join(map(str, sorted({day % 7 for day in range(low, high + 1, step or 1)})))
-    if low == high:  # croniter reads "5-5" as the whole field
-        return str(low)
-    return f"{low}-{high}" + (f"/{step}" if step else "")
+        high = spec.high if slash else low  # "a/n" runs to the field's last value (Sunday, 7, for days)
+    values = range(low, high + 1, step)
+    return {day % 7 for day in values} if spec is _DOW else values
+
+
+def _field(text: str, spec: _FieldSpec) -> set[int]:
+    return set().union(*(_values(item, spec) for item in _items(text, spec)))
+
+
+def _plain_list(text: str, spec: _FieldSpec) -> str:
+    """A field spelled as croniter reads it right, and quickly: ``*`` or a
+    plain list of its values."""
+    values = _field(text, spec)
+    return "*" if len(values) == spec.size else ",".join(map(str, sorted(values)))
+
+
+def _unrestricted(text: str) -> bool:
+    """cron(8)'s test of a day field, which decides how the two combine: one
+    whose text starts with ``*`` (or croner's ``?``) does not restrict."""
+    return text.startswith(("*", "?"))
+
+
+def _month_shape(year: int, month: int) -> tuple[int, int]:
+    """The weekday of a month's 1st (Sunday 0) and its number of days."""
+    first = datetime(year, month, 1)
+    length = 31 if month == 12 else (first.replace(month=month + 1) - first).days
+    return (first.weekday() + 1) % 7, length
+
+
+def _nearest_weekday(day: int, first: int, length: int) -> Optional[int]:
+    """croner's ``nW``: the Monday to Friday nearest ``day`` without leaving
+    its month (a Saturday 1st gives Monday the 3rd, a Sunday last day the
+    Friday before); None in a month that has no such day."""
+    if day > length:
+        return None
+    weekday = (first + day - 1) % 7
+    if weekday == 6:
+        return day - 1 if day > 1 else day + 2
+    if weekday == 0:
+        return day + 1 if day < length else day - 2
+    return day
+
+
+class _Days:
+    """Which days of a month match.  The two day fields combine by cron(8)'s
+    rule: when both are restricted (``_unrestricted``), a day matching either
+    matches, otherwise both must match, as croner's ``+`` before day-of-week
+    also asks.  Beside numbers, ranges and steps, day-of-month takes ``L``
+    (the last day), ``LW`` (the last weekday) and ``nW`` (the weekday nearest
+    day n), day-of-week ``n#k`` (the k-th weekday n of the month) and ``n#L``
+    or ``nL`` (the last), as croner reads them.  A month's days depend only
+    on the weekday of its 1st and its length, so each answer is kept."""
+
+    def __init__(self, dom: str, dow: str):
+        both = dow.startswith("+")
+        if both:
+            dow = dow[1:]
+            if not dow:
+                raise _CronError("'+' must be followed by the day-of-week, as in +MON")
+        self.either = not both and not _unrestricted(dom) and not _unrestricted(dow)
+        self.dom: set[int] = set()
+        self.last = self.last_weekday = False
+        self.nearest: set[int] = set()
+        for item in _items(dom, _DOM):
+            upper = item.upper()
+            if upper == "L":
+                self.last = True
+            elif upper == "LW":
+                self.last_weekday = True
+            elif upper.endswith("W"):
+                if _number(item[:-1]) is None:
+                    raise _CronError(f"{_clip(item)!r}: 'W' follows a single day, as in 15W")
+                self.nearest.add(_field_value(item[:-1], _DOM))
+            elif upper.endswith("L"):
+                raise _CronError(f"{_clip(item)!r}: in day-of-month 'L' stands alone (the last day) or as LW")
+            else:
+                self.dom.update(_values(item, _DOM))
+        self.weekdays: set[int] = set()
+        self.nth: set[tuple[int, object]] = set()  # (weekday, k): k is 1-5, or "L" for the last
+        for item in _items(dow, _DOW):
+            days, sharp, nth = item.partition("#")
+            if not sharp and item.upper().endswith("L"):
+                days, nth = item[:-1], "L"
+            elif not sharp:
+                self.weekdays.update(_values(item, _DOW))
+                continue
+            if not days:
+                raise _CronError(f"{_clip(item)!r}: a day comes first, as in FRI#2, FRI#L or 5L")
+            nth = nth.upper()
+            if nth != "L" and _number(nth) not in range(1, 6):
+                raise _CronError(f"{_clip(item)!r}: the number after '#' must be 1 to 5")
+            self.nth |= {(day, nth if nth == "L" else int(nth)) for day in _values(days, _DOW)}
+        self._by_shape: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def in_month(self, year: int, month: int) -> tuple[int, ...]:
+        shape = _month_shape(year, month)
+        days = self._by_shape.get(shape)
+        if days is None:
+            days = self._by_shape[shape] = tuple(day for day in range(1, shape[1] + 1) if self._matches(day, *shape))
+        return days
+
+    def _matches(self, day: int, first: int, length: int) -> bool:
+        weekday = (first + day - 1) % 7
+        by_date = (day in self.dom or (self.last and day == length)
+                   or (self.last_weekday and day == _nearest_weekday(length, first, length))
+                   or any(_nearest_weekday(n, first, length) == day for n in self.nearest))
+        by_weekday = (weekday in self.weekdays or (weekday, (day - 1) // 7 + 1) in self.nth
+                      or (day + 7 > length and (weekday, "L") in self.nth))
+        return (by_date or by_weekday) if self.either else (by_date and by_weekday)
 
 
 class _Cron:
-    """A validated cron expression bound to croniter, plus the DST rules.
+    """A validated cron expression, plus the DST rules.
 
-    Days follow cron(8): when both day fields are restricted (neither one's
-    text starts with ``*``) a day matching either matches, otherwise both must
-    match.  croniter gets that wrong for ``n#k``, for lists mixing ``n#k`` with
-    other days, and for a restricted field that spans its whole range, so the
-    expression is split into *parts* croniter reads correctly (the
-    day-of-month part and each day-of-week part, both must match within a
-    part), and the earliest next time of any part wins.
+    Days, months and years are matched here (``_Days``); croniter, given
+    the seconds, minutes and hours as plain lists, finds the time of day.
+    croniter's own reading of the day fields is wrong or missing for much
+    that agents write: cron(8)'s either-field rule with ``n#k``, croner's
+    ``5L``, ``n#L`` and ``LW``, ``31W`` in a short month, a year more than 50
+    years ahead.  Seven fields add the year, after seconds, as croner reads
+    them; croner's ``?`` is ``*`` everywhere.
 
     A *wildcard* job (minute or hour starts with ``*``) runs at the real
     instants whose local time matches.  A *fixed-time* job runs a time that
@@ -479,75 +586,67 @@ class _Cron:
         if text.startswith("@"):
             raise _CronError(f"unknown macro {_clip(text)!r} (expected one of {', '.join(sorted(_MACROS))})")
         fields = text.split(" ")
+        if not 5 <= len(fields) <= 7:
+            raise _CronError(f"expected 5 fields (minute hour day-of-month month day-of-week), "
+                             f"6 (seconds first) or 7 (seconds first, year last), found {len(fields)}")
         if len(fields) == 5:
-            specs = (_MINUTE, _HOUR, _DOM, _MONTH, _DOW)
-        elif len(fields) == 6:  # seconds first, as croner reads six fields
-            specs = (_SECOND, _MINUTE, _HOUR, _DOM, _MONTH, _DOW)
-        else:
-            raise _CronError(f"expected 5 fields (minute hour day-of-month month day-of-week) "
-                             f"or 6 (seconds first), found {len(fields)}")
-        normalized = []
-        for value, spec in zip(fields, specs):
-            items = value.split(",")
-            if "" in items:
-                raise _CronError(f"empty list item in the {spec.name} field {_clip(value)!r}")
-            items = list(dict.fromkeys(_normalize_item(item, spec) for item in items))
-            if len(items) > 1 and spec is not _DOW:  # croniter misreads a '*' inside a list
-                items = [f"{spec.low}-{spec.high}{item[1:]}" if item.startswith("*") else item for item in items]
-            normalized.append(",".join(items))
-        minute, hour, dom, _, dow = fields[-5:]
-        *times, days, months, weekdays = normalized
-        weekday_items = weekdays.split(",")
-        if "*" in weekday_items:
-            plain = "*"
-        else:
-            plain = ",".join(sorted({d for d in weekday_items if "#" not in d}, key=int))
-        weekday_parts = ([plain] if plain else []) + [d for d in weekday_items if "#" in d]
-        if not dom.startswith("*") and not dow.startswith("*"):  # a day matching either field
-            day_parts = [(days, "*")] + [("*", part) for part in weekday_parts]
-        else:  # both fields must match
-            day_parts = [(days, part) for part in weekday_parts]
-        self.parts = [" ".join([*times, d, months, w]) for d, w in day_parts]
-        self.wildcard = minute.startswith("*") or hour.startswith("*")
-        self.seconds = len(fields) == 6
+            fields.insert(0, "0")
+        if len(fields) == 6:
+            fields.append("*")
+        second, minute, hour, dom, month, dow, year = fields
+        self.times = " ".join(_plain_list(value, spec) for value, spec in
+                              ((second, _SECOND), (minute, _MINUTE), (hour, _HOUR)))
+        self.days = _Days(dom, dow)
+        self.months = sorted(_field(month, _MONTH))
+        # None for every year; else ranges, not a set that could hold 9,999 years
+        self.years = None if year in ("*", "?") else [_values(item, _YEAR) for item in _items(year, _YEAR)]
+        self.wildcard = _unrestricted(minute) or _unrestricted(hour)
         self._lock = threading.Lock()
-        self._iters: list = []
+        self._times = None
 
     def bind(self) -> None:
-        """Attach croniter, an iterator a part, and make sure the pattern ever
-        fires; a part that never does is dropped."""
+        """Attach croniter and make sure the pattern ever fires."""
         try:
             from croniter import croniter
         except ImportError:
             raise _CronError("periodic events need croniter (pip install croniter)", needs_croniter=True) from None
-        start = datetime(2001, 1, 1)
-        for part in self.parts:
-            try:
-                it = croniter(part, start, day_or=False, second_at_beginning=self.seconds)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise _CronError(f"croniter rejects it: {str(exc)[:200]}") from None
-            try:
-                it.get_next(datetime, start_time=start)
-            except (ValueError, OverflowError):
-                continue  # this part never fires
-            self._iters.append(it)
-        if not self._iters:
-            raise _CronError("it never fires")
+        try:
+            self._times = croniter(f"{self.times} * * *", datetime(2001, 1, 1), second_at_beginning=True)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _CronError(f"croniter rejects it: {str(exc)[:200]}") from None
+        try:
+            self.match_after(datetime(2001, 1, 1))
+        except _CronError:
+            raise _CronError("it never fires") from None
 
     def match_after(self, wall: datetime) -> datetime:
         """The first naive local time strictly after ``wall`` that matches."""
-        best = None
         with self._lock:
-            for it in self._iters:
+            for day in self._days_from(wall):
+                start = wall if day.date() == wall.date() else day - timedelta(seconds=1)
                 try:
-                    candidate = it.get_next(datetime, start_time=wall)
-                except (ValueError, OverflowError):  # croniter's "failed to find next date"
-                    continue
-                if best is None or candidate < best:
-                    best = candidate
-        if best is None:
-            raise _CronError("it never fires")
-        return best
+                    candidate = self._times.get_next(datetime, start_time=start)
+                except (ValueError, OverflowError):  # past the year 9999
+                    break
+                if candidate.date() == day.date():
+                    return candidate
+        raise _CronError(f"it has no time after {wall:%Y-%m-%d %H:%M:%S}")
+
+    def _days_from(self, wall: datetime):
+        """The matching days from ``wall``'s on, in order, as midnights.  The
+        calendar repeats every 400 years, so a year in the same place of that
+        cycle as one already searched in full is skipped: a pattern that
+        never fires is known as such after 400 years' search, not 8,000."""
+        searched = set()
+        for year in range(wall.year, _YEAR.high + 1):
+            if year % 400 in searched or (self.years is not None and not any(year in r for r in self.years)):
+                continue
+            for month in self.months:
+                for day in self.days.in_month(year, month):
+                    if (year, month, day) >= (wall.year, wall.month, wall.day):
+                        yield datetime(year, month, day)
+            if year > wall.year:  # the first year was searched from wall's day only
+                searched.add(year % 400)
 
     def next_after(self, tz: ZoneInfo, after: datetime) -> datetime:
         after = after.astimezone(timezone.utc)
@@ -656,9 +755,14 @@ def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
 
 
 def _next_fire_ts(event: Event, now: float) -> float:
-    """``next_fire`` for a parsed periodic event, on POSIX timestamps."""
+    """``next_fire`` for a parsed periodic event, on POSIX timestamps; never
+    (infinity) once a schedule's years are over."""
     cron = _compile_cron(event.schedule)
-    return cron.next_after(_zone(event.timezone), datetime.fromtimestamp(now, timezone.utc)).timestamp()
+    try:
+        return cron.next_after(_zone(event.timezone), datetime.fromtimestamp(now, timezone.utc)).timestamp()
+    except _CronError as exc:
+        log.info("%s: schedule %r %s; it will not run again", event.filename, event.schedule, exc)
+        return math.inf
 
 
 # ---------------------------------------------------------------------------

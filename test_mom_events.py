@@ -3,6 +3,7 @@ decision methods take ``now``, and channel workers are run by hand.  A few
 end-to-end tests use the real thread, real files and the CLI."""
 
 import asyncio
+import functools
 import heapq
 import itertools
 import json
@@ -20,7 +21,7 @@ import textwrap
 import threading
 import time
 import unittest
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from unittest import mock
 from zoneinfo import ZoneInfo
@@ -242,13 +243,23 @@ class CronTest(unittest.TestCase):
         self.assertBadSchedule("*/61 * * * *", "step 61", "minute")
         self.assertBadSchedule("0 */25 * * *", "step 25", "hour")
         self.assertBadSchedule("0 22-2 * * *", "wrapping")
-        self.assertBadSchedule("0 9 ? * *", "'?'")
         self.assertBadSchedule("0 9 31 2 *", "never fires")
         self.assertBadSchedule("60 * * * *", "out of range")
         self.assertBadSchedule("0 9 * * funday", "funday")
         self.assertBadSchedule("0 9 * * 1#6", "#")
         self.assertBadSchedule("@reboot", "macro")
-        self.assertBadSchedule("0 0 9 * * * 2025", "found 7")
+        self.assertBadSchedule("0 0 9 * * * 2025 *", "found 8")
+        self.assertBadSchedule("0 0 9 * * * 10000", "year 10000", "out of range")
+        self.assertBadSchedule("0 0 9 * * * 1999", "never fires")
+        self.assertBadSchedule("0 9 32W * *", "32", "out of range")
+        self.assertBadSchedule("0 9 1-15W * *", "single day")
+        self.assertBadSchedule("0 9 5L * *", "stands alone")
+        self.assertBadSchedule("0 9 * * 1W", "'W' belongs in day-of-month")
+        self.assertBadSchedule("0 9 * L *", "'L' belongs in day-of-month or day-of-week")
+        self.assertBadSchedule("0 9 * * 5#6", "1 to 5")
+        self.assertBadSchedule("0 9 * * L", "a day comes first")
+        self.assertBadSchedule("0 9 * * +", "'+'")
+        self.assertBadSchedule("0 9 30W 2 *", "never fires")
         self.assertBadSchedule("1,,2 * * * *", "empty")
         self.assertBadSchedule("*/0 * * * *", "positive")
         self.assertBadSchedule("H * * * *", "'H'")
@@ -409,24 +420,32 @@ def _first_after_gap(tz, wall):
 
 # A reference cron, written from the rules alone (no croniter): a day matches
 # by cron(8)'s rule, then every matching wall time of the day becomes the real
-# instants the DST rules give it.
+# instants the DST rules give it.  The day forms are croner's: '?' is '*', L
+# and LW and nW in day-of-month, n#k and n#L and nL in day-of-week, '+' before
+# day-of-week for both, a seventh field for the year.
 
 _REF_MONTHS = {m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)}
 _REF_DAYS = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
 _REF_FIELDS = [("second", 0, 59, {}), ("minute", 0, 59, {}), ("hour", 0, 23, {}),
                ("dom", 1, 31, {}), ("month", 1, 12, _REF_MONTHS), ("dow", 0, 7, _REF_DAYS)]
+_REF_YEAR = ("year", 1, 9999, {})
 
 
 def _ref_field(text, name, low, high, names):
-    """(values, last day of month?, {(weekday, k)}) for one field's text."""
-    values, last, nth = set(), False, set()
+    """(values, marks) for one field's text; marks are "L", "LW", ("W", n)
+    and (weekday, k) with k 1-5 or "L"."""
+    values, marks = set(), set()
     value = lambda t: names[t.lower()] if t.lower() in names else int(t)
     for item in text.split(","):
-        if item.upper() == "L":
-            last = True
-        elif "#" in item:
-            day, k = item.split("#")
-            nth.add((value(day) % 7, int(k)))
+        upper = item.upper()
+        if upper in ("L", "LW"):
+            marks.add(upper)
+        elif name == "dom" and upper.endswith("W"):
+            marks.add(("W", int(item[:-1])))
+        elif name == "dow" and ("#" in item or upper.endswith("L")):
+            days, k = item.split("#") if "#" in item else (item[:-1], "L")
+            k = "L" if k.upper() == "L" else int(k)
+            marks.update((day, k) for day in _ref_field(days, name, low, high, names)[0])
         else:
             body, slash, step = item.partition("/")
             if body == "*":
@@ -441,19 +460,46 @@ def _ref_field(text, name, low, high, names):
             values.update(range(a, b + 1, int(step) if slash else 1))
     if name == "dow":
         values = {v % 7 for v in values}
-    return values, last, nth
+    return values, marks
+
+
+@functools.lru_cache(maxsize=None)
+def _ref_month(year, month):
+    """The month's dates, and its Monday-to-Friday day numbers."""
+    first = date(year, month, 1)
+    dates = [d for d in (first + timedelta(days=i) for i in range(31)) if d.month == month]
+    return dates, [d.day for d in dates if d.weekday() < 5]
+
+
+def _ref_day(day, doms, dom_marks, dows, dow_marks, either):
+    """Whether the date ``day`` matches the day fields, by brute force."""
+    month, workdays = _ref_month(day.year, day.month)
+    nearest = {min(workdays, key=lambda w: abs(w - n)) for mark in dom_marks if mark[0] == "W"
+               for n in [mark[1]] if n <= len(month)}  # the closest Monday-Friday in the month
+    by_date = (day.day in doms or day.day in nearest or ("L" in dom_marks and day.day == len(month))
+               or ("LW" in dom_marks and day.day == workdays[-1]))
+    weekday = (day.weekday() + 1) % 7
+    kth = sum(1 for d in month if d.weekday() == day.weekday() and d <= day)
+    last = (day + timedelta(days=7)).month != day.month
+    by_weekday = weekday in dows or (weekday, kth) in dow_marks or (last and (weekday, "L") in dow_marks)
+    return (by_date or by_weekday) if either else (by_date and by_weekday)
 
 
 def _ref_next(schedule, zone, after, years=6):
     """The first instant strictly after ``after`` by the rules, or None
     within ``years``."""
-    import calendar
     texts = schedule.split()
     if len(texts) == 5:
         texts = ["0"] + texts
-    (seconds, _, _), (minutes, _, _), (hours, _, _), (doms, last, _), (months, _, _), (dows, _, nth) = (
+    if len(texts) == 6:
+        texts = texts + ["*"]
+    plus = texts[5].startswith("+")
+    texts[5] = texts[5].lstrip("+")
+    texts = [text.replace("?", "*") for text in texts]
+    (seconds, _), (minutes, _), (hours, _), (doms, dom_marks), (months, _), (dows, dow_marks) = (
         _ref_field(text, *spec) for text, spec in zip(texts, _REF_FIELDS))
-    either = not texts[3].startswith("*") and not texts[5].startswith("*")
+    in_years = range(1, 10000) if texts[6] == "*" else _ref_field(texts[6], *_REF_YEAR)[0]
+    either = not plus and not texts[3].startswith("*") and not texts[5].startswith("*")
     wildcard = texts[1].startswith("*") or texts[2].startswith("*")
     tz = ZoneInfo(zone)
     times = [(h, m, s) for h in sorted(hours) for m in sorted(minutes) for s in sorted(seconds)]
@@ -464,11 +510,7 @@ def _ref_next(schedule, zone, after, years=6):
         if best is not None and datetime.combine(day, datetime.min.time()) - timedelta(hours=3) > \
                 best.astimezone(tz).replace(tzinfo=None):
             break
-        in_month = day.month in months
-        weekday = (day.weekday() + 1) % 7
-        dom_ok = day.day in doms or (last and day.day == calendar.monthrange(day.year, day.month)[1])
-        dow_ok = weekday in dows or (weekday, (day.day - 1) // 7 + 1) in nth
-        if in_month and ((dom_ok or dow_ok) if either else (dom_ok and dow_ok)):
+        if day.year in in_years and day.month in months and _ref_day(day, doms, dom_marks, dows, dow_marks, either):
             for h, m, s in times:
                 wall = datetime(day.year, day.month, day.day, h, m, s)
                 if wall < earliest:
@@ -600,7 +642,7 @@ def _mutate(rng, data):
     at = rng.randrange(len(data) + 1)
     pieces = ["9" * rng.choice((5, 400, 5000)), "-", "/", ",", "#", "*", "L", "\x00", "\ud800", "é", '"', "{",
               "[", "]", "}", ":", "\\u0000", "1e999", "NaN", " ", "\n", "0001-01-01T00:00:00+01:00",
-              "9999-12-31T23:59:59-14:00", "+99:00", "@", "?"]
+              "9999-12-31T23:59:59-14:00", "+99:00", "@", "?", "W", "+"]
     r = rng.random()
     if r < 0.3 and data:
         return data[:at] + data[at + 1:]
@@ -612,6 +654,128 @@ def _mutate(rng, data):
     return data[:at] + rng.choice(pieces) + data[at:]
 
 
+def _random_dialect_schedule(rng):
+    """A pattern in croner's dialect: a random pattern whose day fields get
+    ?, L, LW, nW, n#L, nL or a '+', often in a short month, and often seven
+    fields with a year."""
+    seconds, minute, hour, dom, month, dow = (["0"] + _random_schedule(rng).split())[-6:]
+    near = lambda: str(rng.choice((1, 2, 15, 28, 29, 30, 31, rng.randint(1, 31))))
+    day = lambda: rng.choice(("sun", "mon", "fri", "sat", "0", "5", "7", "mon-fri", "5-6"))
+    dom_items = [lambda: "?", lambda: "L", lambda: rng.choice(("LW", "lw")), lambda: near() + rng.choice("Ww"),
+                 lambda: str(rng.randint(1, 31))]
+    dow_items = [lambda: "?", lambda: f"{day()}#{rng.choice('Ll')}", lambda: day() + rng.choice("Ll"),
+                 lambda: f"{day()}#{rng.randint(1, 5)}", day]
+    if rng.random() < 0.7:
+        dom = ",".join(rng.choice(dom_items)() for _ in range(rng.choice((1, 1, 2))))
+        dom = "?" if dom.startswith("?") else dom  # '?' in a list only as the whole field
+    if rng.random() < 0.7:
+        dow = ",".join(rng.choice(dow_items)() for _ in range(rng.choice((1, 1, 2))))
+        dow = "?" if dow.startswith("?") else dow
+    if rng.random() < 0.25:
+        dow = "+" + dow
+    if rng.random() < 0.4:
+        month = rng.choice(("2", "2,4", "4-6", "feb,nov", month))
+    if rng.random() < 0.15:
+        minute = "?"
+    if rng.random() < 0.3:
+        year = rng.choice(("*", "?", "2026", "2025-2027", "2026,2028", "2024-2040/4", "2027-9999"))
+        return " ".join((seconds, minute, hour, dom, month, dow, year))
+    return " ".join(([seconds] if seconds != "0" else []) + [minute, hour, dom, month, dow])
+
+
+class CronDialectTest(unittest.TestCase):
+    """croner's spellings, as the original harness read them: ``?``, ``LW``,
+    ``nW``, ``n#L`` and ``nL``, ``+`` and a year, against the reference."""
+
+    check = CronReferenceTest.check
+
+    def days(self, schedule, n, after=utc(2026, 1, 1)):
+        return [t.strftime("%a %Y-%m-%d %H:%M") for t in fires(schedule, after, n, "UTC")]
+
+    def test_random_patterns_match_the_reference(self):
+        import random
+        rng = random.Random(12)
+        base = utc(2025, 1, 1).timestamp()
+        for _ in range(1000):
+            schedule, zone = _random_dialect_schedule(rng), rng.choice(CronReferenceTest.ZONES)
+            after = datetime.fromtimestamp(base + rng.uniform(0, 4 * 365 * 86400) // 60 * 60, timezone.utc)
+            with self.subTest(schedule=schedule, zone=zone, after=after):
+                self.check(schedule, zone, after)
+
+    def test_each_pattern_walked_over_leap_years(self):
+        for schedule in ("0 17 * * 5#L", "0 9 LW * ?", "0 9 31W * *", "0 9 29W 2 *", "0 9 1W,15W * *",
+                         "0 9 L,LW * fri#L", "0 9 1-7 * +MON", "0 9 30W * +sun#L", "0 0 0 ? 2 6L 2027-2032",
+                         "? 30 2 LW 3,10 *", "0 0 L * +FRI", "0 9 ? * mon-fri#L"):
+            after = utc(2025, 1, 1)
+            for _ in range(30):
+                with self.subTest(schedule=schedule, after=after):
+                    self.check(schedule, "Europe/Vienna", after)
+                try:
+                    after = next_fire(schedule, "Europe/Vienna", after)
+                except EventError:  # its years are over
+                    break
+
+    def test_last_weekday_of_the_month(self):
+        last_fridays = ["Fri 2026-01-30 17:00", "Fri 2026-02-27 17:00", "Fri 2026-03-27 17:00"]
+        for schedule in ("0 17 * * 5#L", "0 17 * * FRI#L", "0 17 * * 5L", "0 17 * * fril", "0 17 * * 5#l"):
+            self.assertEqual(self.days(schedule, 3), last_fridays, schedule)
+        # a range before '#L': the last Monday, Tuesday, ... and Friday, as croner reads it
+        self.assertEqual(self.days("0 17 * * 1-5#L", 2, utc(2026, 2, 20)), ["Mon 2026-02-23 17:00",
+                                                                            "Tue 2026-02-24 17:00"])
+
+    def test_question_mark_is_a_star_for_the_day_rule_too(self):
+        # with '?' not restricting, MON alone decides: Mondays, not every day
+        self.assertEqual(self.days("0 9 ? * MON", 2), ["Mon 2026-01-05 09:00", "Mon 2026-01-12 09:00"])
+        self.assertEqual(self.days("0 9 15 * ?", 2), ["Thu 2026-01-15 09:00", "Sun 2026-02-15 09:00"])
+        self.assertEqual(self.days("0 ? 9 1 1 *", 2), ["Thu 2026-01-01 09:00", "Thu 2026-01-01 09:01"])
+
+    def test_last_and_nearest_weekday_of_the_month(self):
+        # 28 Feb 2026 is a Saturday, 31 May 2026 a Sunday
+        self.assertEqual(self.days("0 9 LW * ?", 5), ["Fri 2026-01-30 09:00", "Fri 2026-02-27 09:00",
+                                                     "Tue 2026-03-31 09:00", "Thu 2026-04-30 09:00",
+                                                     "Fri 2026-05-29 09:00"])
+        # 15 Feb 2026 is a Sunday, 15 Mar a Sunday, 15 Aug a Saturday
+        self.assertEqual(self.days("0 9 15W * *", 3), ["Thu 2026-01-15 09:00", "Mon 2026-02-16 09:00",
+                                                      "Mon 2026-03-16 09:00"])
+        self.assertEqual(self.days("0 9 15W 8 *", 1), ["Fri 2026-08-14 09:00"])
+        # 1 Mar 2025 is a Saturday: not the Friday before, in February, but Monday the 3rd
+        self.assertEqual(self.days("0 9 1W 3 *", 1, utc(2025, 1, 1)), ["Mon 2025-03-03 09:00"])
+        # 31 Aug 2025 is a Sunday: the Friday before; months without a 31st have none
+        self.assertEqual(self.days("0 9 31W * *", 4, utc(2025, 7, 1)), ["Thu 2025-07-31 09:00", "Fri 2025-08-29 09:00",
+                                                                      "Fri 2025-10-31 09:00", "Wed 2025-12-31 09:00"])
+        self.assertEqual(self.days("0 9 29W 2 *", 2), ["Tue 2028-02-29 09:00", "Fri 2032-02-27 09:00"])
+
+    def test_plus_asks_for_both_day_fields(self):
+        self.assertEqual(self.days("0 9 1-7 * +MON", 3), ["Mon 2026-01-05 09:00", "Mon 2026-02-02 09:00",
+                                                         "Mon 2026-03-02 09:00"])
+        self.assertEqual(self.days("0 0 13 * +fri", 2), ["Fri 2026-02-13 00:00", "Fri 2026-03-13 00:00"])
+        # without '+', cron's rule: the 1st to the 7th, or any Monday
+        self.assertEqual(self.days("0 9 1-7 * MON", 1, utc(2026, 1, 7, 10)), ["Mon 2026-01-12 09:00"])
+
+    def test_seventh_field_is_the_year(self):
+        self.assertEqual(self.days("0 0 0 1 1 * 2030", 1), ["Tue 2030-01-01 00:00"])
+        with self.assertRaises(EventError) as caught:  # and then no more
+            next_fire("0 0 0 1 1 * 2030", "UTC", utc(2030, 1, 1))
+        self.assertIn("no time after", str(caught.exception))
+        self.assertEqual(self.days("0 0 0 1 1 * 2024-2040/4", 2), ["Sat 2028-01-01 00:00", "Thu 2032-01-01 00:00"])
+        self.assertEqual(self.days("0 0 9 * * mon 2026,2030", 1, utc(2026, 12, 30)), ["Mon 2030-01-07 09:00"])
+        # far years: croniter alone gives up after 50
+        self.assertEqual(next_fire("0 0 0 1 1 * 2999", "UTC", utc(2026, 1, 1)), utc(2999, 1, 1))
+        self.assertEqual(next_fire("0 0 0 29 2 1 9999", "UTC", utc(2026, 1, 1)), utc(9999, 2, 1))
+
+    def test_the_seeds_spellings_parse(self):
+        for schedule in ("0 17 * * 5#L", "0 17 * * FRI#L", "0 9 ? * MON"):
+            event = parse_event(json.dumps(periodic(schedule)), "seed.json")
+            self.assertEqual(event.schedule, schedule)
+
+    def test_a_schedule_whose_years_are_over_is_due_never(self):
+        event = parse_event(json.dumps(periodic("0 0 0 1 1 * 2030")), "p.json")
+        self.assertEqual(mom_events._next_fire_ts(event, utc(2029, 6, 1).timestamp()), utc(2030, 1, 1).timestamp())
+        with self.assertLogs("mom_events", "INFO") as logs:
+            self.assertEqual(mom_events._next_fire_ts(event, utc(2030, 6, 1).timestamp()), math.inf)
+        self.assertIn("p.json", logs.output[0])
+
+
 class FuzzTest(unittest.TestCase):
     """Random and mutated input: nothing comes out but an Event, a datetime
     or an EventError with a one-line, bounded reason naming the file."""
@@ -619,7 +783,8 @@ class FuzzTest(unittest.TestCase):
     SEEDS = [json.dumps(x) for x in (
         immediate(), one_shot("2026-12-15T09:00:00+01:00"), periodic("*/5 9-17 * * mon-fri", tz="Europe/Vienna"),
         periodic("0 0 L,15 2 fri#5,1-3", tz="America/New_York"), periodic("0 */2 1 * * *"),
-        periodic("@monthly", tz="Australia/Lord_Howe"))]
+        periodic("@monthly", tz="Australia/Lord_Howe"), periodic("0 17 * * FRI#L,5L", tz="Europe/Vienna"),
+        periodic("0 0 9 LW,15W ? +mon 2027-2030/2"))]
 
     def assertEventOrError(self, data):
         try:
@@ -662,13 +827,13 @@ class FuzzTest(unittest.TestCase):
 
     def test_random_schedules_and_zones(self):
         rng = random.Random(8)
-        alphabet = "0123456789*/,-#L? @abcdefghijklmnopqrstuvwxyzMONFRI"
+        alphabet = "0123456789*/,-#L? @abcdefghijklmnopqrstuvwxyzMONFRIW+"
         zones = ["UTC", "Europe/Vienna", "", "Mars/Olympus", "../../etc/passwd", "EST5EDT", "9" * 5000]
         for _ in range(3000):
             if rng.random() < 0.5:
                 schedule = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
             else:
-                schedule = _mutate(rng, _random_schedule(rng))
+                schedule = _mutate(rng, rng.choice((_random_schedule, _random_dialect_schedule))(rng))
             with self.subTest(schedule=schedule[:200]):
                 self.assertNextFireOrError(schedule, rng.choice(zones),
                                            utc(2026, 1, 1) + timedelta(seconds=rng.uniform(0, 1e8)))
