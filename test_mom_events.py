@@ -2479,13 +2479,14 @@ class ExecEnvironmentTest(CliCase):
     def test_an_event_too_big_for_the_environment_runs_whole_on_stdin_and_cut_in_it(self):
         limit = mom_events._ENV_LIMIT
         text = "x" + "€" * 80000  # 240 KB, over Linux's 128 KiB a variable; the cut falls inside a "€"
-        channel = "C" * (limit + 1)
+        channel = "C" * mom_events._MAX_LENGTH["channelId"]  # the longest allowed: it fits whole
         cli = self.serve_dump()
         self.put("big.json", immediate(channel, text))
         stdin, env = self.run_of(cli, "big.json")
         message = Event("big.json", "immediate", channel, text).message
         self.assertEqual(stdin, (message + "\n").encode())
-        for name, whole in (("TEXT", text), ("MESSAGE", message), ("CHANNEL", channel)):
+        self.assertEqual(env["MOM_EVENT_CHANNEL"], channel.encode())
+        for name, whole in (("TEXT", text), ("MESSAGE", message)):
             with self.subTest(name):
                 value = env[f"MOM_EVENT_{name}"]
                 self.assertLessEqual(len(value), limit)
