@@ -1656,15 +1656,16 @@ class _Channels:
             try:
                 return future.result(timeout=0.25)
             except concurrent.futures.TimeoutError:
-                if loop.is_closed():
+                if loop.is_closed() or not loop.is_running():  # stopped: nothing will run it
                     future.cancel()
                     self.lost_loop()
-                    raise _Interrupted("the event loop closed while it ran") from None
+                    raise _Interrupted("the event loop stopped while it ran") from None
             except concurrent.futures.CancelledError:
                 raise _Interrupted("cancelled on the event loop") from None
 
     def lost_loop(self) -> None:
-        """The loop the coroutines run on is closed: tell the watcher, once."""
+        """The loop the coroutines run on is closed or stopped: tell the
+        watcher, once."""
         with self._lock:
             if self._loop_gone:
                 return
@@ -2460,7 +2461,7 @@ class EventsWatcher:
         self._on_halt(reason)
 
     def _lost_loop(self) -> None:
-        self._halt("the event loop closed while events were pending")
+        self._halt("the event loop closed or stopped while events were pending")
 
 
 # ---------------------------------------------------------------------------

@@ -3968,6 +3968,180 @@ class MidWriteTest(unittest.TestCase):
         self.assertEqual([(r["type"], r["channelId"]) for r in invalid], [("one-shot", "C7")])
 
 
+class LifecycleTest(unittest.TestCase):
+    """The watcher's life: what stop() holds until the end, what a stopped
+    watcher refuses, and what a failed start lets go (issue 19)."""
+
+    def setUp(self):
+        self.dir = temp_dir(self, "mom_events_life_")
+
+    def locked(self):
+        """Does some watcher hold the directory?  (Asked by trying, as a standby does.)"""
+        probe = EventsWatcher(self.dir, lambda e: None)
+        try:
+            probe.start()
+        except EventError:
+            return True
+        probe.stop()
+        return False
+
+    def test_stop_keeps_the_directory_until_the_last_run_has_ended(self):
+        started, release, runs = threading.Event(), threading.Event(), []
+
+        def handler(event):
+            runs.append(event.filename)
+            started.set()
+            release.wait(10)
+
+        w = EventsWatcher(self.dir, handler, poll_interval=0.02)
+        self.addCleanup(release.set)
+        w.start()
+        put(self.dir, "job.json", immediate())
+        self.assertTrue(started.wait(5))
+        self.assertEqual(w.stop(timeout=0.2), ["C1"])
+        self.assertTrue(self.locked(), "a standby could take over and run job.json a second time")
+        release.set()
+        self.assertTrue(wait_for(lambda: not self.locked(), 5))
+        self.assertFalse((self.dir / "job.json").exists())  # deleted once its run ended
+        self.assertEqual(runs, ["job.json"])
+
+    def test_a_stopped_watcher_refuses_to_start_and_touches_nothing(self):
+        past = datetime.fromtimestamp(time.time() - 60, timezone.utc).isoformat()
+        put(self.dir, "old.json", one_shot(past))
+        w = EventsWatcher(self.dir, lambda e: None)
+        w.stop()
+        with self.assertRaisesRegex(RuntimeError, "stopped"):
+            w.start()
+        self.assertTrue((self.dir / "old.json").exists())  # no start-up scan deleted it
+        self.assertFalse(self.locked())
+
+    def test_a_late_run_writes_its_lines_and_leaves_no_descriptor_of_the_history(self):
+        history = self.dir / ".history.jsonl"
+        started, release = threading.Event(), threading.Event()
+
+        def handler(event):
+            started.set()
+            release.wait(10)
+
+        w = EventsWatcher(self.dir, handler, poll_interval=0.02, history=history)
+        self.addCleanup(release.set)
+        w.start()
+        put(self.dir, "job.json", immediate())
+        self.assertTrue(started.wait(5))
+        self.assertEqual(w.stop(timeout=0.1), ["C1"])
+        release.set()
+        self.assertTrue(wait_for(lambda: not self.locked(), 5))
+        self.assertEqual([r["outcome"] for r in read_history(history)], ["queued", "started", "done"])
+        fds = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+               if os.path.exists(f"/proc/self/fd/{fd}")]
+        self.assertNotIn(str(history), fds)
+
+    def test_a_failed_start_up_scan_lets_the_directory_go(self):
+        w = EventsWatcher(self.dir, lambda e: None)
+        with mock.patch.object(mom_events._Scanner, "scan", side_effect=RuntimeError("disk on fire")):
+            with self.assertRaisesRegex(RuntimeError, "disk on fire"):
+                w.start()
+        self.assertTrue(wait_for(lambda: not self.locked(), 5))
+
+    def test_an_internal_error_that_keeps_happening_is_logged_once(self):
+        w = EventsWatcher(self.dir, lambda e: None, poll_interval=0.02)
+        with mock.patch.object(mom_events._Files, "run_due", side_effect=RuntimeError("bug")), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            w.start()
+            time.sleep(0.5)
+            w.stop()
+        self.assertEqual(len([line for line in logs.output if "internal error" in line]), 1, logs.output)
+
+    def test_a_callback_that_stops_the_watcher_does_not_wait_for_itself(self):
+        stopped = []
+
+        def handler(event):
+            begun = time.monotonic()
+            stopped.append(w.stop(timeout=5))
+            stopped.append(time.monotonic() - begun)
+
+        w = EventsWatcher(self.dir, handler, poll_interval=0.02)
+        w.start()
+        put(self.dir, "job.json", immediate())
+        self.assertTrue(wait_for(lambda: len(stopped) == 2, 5))
+        self.assertEqual(stopped[0], [])
+        self.assertLess(stopped[1], 2)
+        self.assertTrue(wait_for(lambda: not self.locked(), 5))
+        self.assertFalse((self.dir / "job.json").exists())
+
+
+class StoppedLoopTest(unittest.TestCase):
+    def test_a_loop_stopped_but_not_closed_halts_the_watcher_and_the_file_stays(self):
+        d = temp_dir(self, "mom_events_loop_")
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        self.addCleanup(loop.close)
+        started, halted = threading.Event(), []
+
+        async def handler(event):
+            started.set()
+            await asyncio.sleep(30)
+
+        w = EventsWatcher(d, handler, loop=loop, poll_interval=0.02, on_halt=halted.append)
+        with self.assertLogs("mom_events", "WARNING"):
+            w.start()
+            put(d, "job.json", immediate())
+            self.assertTrue(started.wait(5))
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+            self.assertTrue(wait_for(lambda: halted, 5), "the worker waits for good")
+            self.assertEqual(w.stop(timeout=5), [])
+        self.assertTrue((d / "job.json").exists())
+
+
+class ActOnWhatWasJudgedTest(unittest.TestCase):
+    """Deleting a file that ran and renaming a rejected one act on the file
+    judged, not on whatever has its name by then: a writer's mv landing at
+    the last moment is read as a new file (issue 19)."""
+
+    def moved_in_first(self, h, function, text):
+        """``function``, but a writer's mv of a new version lands just before it."""
+        real = getattr(os, function)
+
+        def racing(*args):
+            if not racing.done:
+                racing.done = True
+                put(h.dir, "a.json", immediate(text=text))
+            return real(*args)
+        racing.done = False
+        return mock.patch.object(mom_events.os, function, racing)
+
+    def test_a_file_moved_in_as_the_one_that_ran_is_deleted_runs_too(self):
+        h = Harness(self)
+        h.start()
+        put(h.dir, "a.json", immediate(text="first"))
+        with self.moved_in_first(h, "unlink", "second"):
+            h.tick(h.now + 0.1)  # it runs, and its file is deleted
+        self.assertEqual(h.texts(), ["first"])
+        h.tick(h.now + 0.1)
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["first", "second"])
+        self.assertFalse(h.exists("a.json"))
+
+    def test_a_file_moved_in_as_a_bad_one_is_renamed_is_not_rejected(self):
+        h = Harness(self)
+        h.start()
+        put(h.dir, "a.json", {"type": "immediate", "channelId": "C1"})
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+            for delay in (0.1, 0.2):
+                h.now += delay
+                h.step(h.now)
+            with self.moved_in_first(h, "replace", "fixed"):
+                h.now += 0.4
+                h.step(h.now)
+        self.assertIn('missing field "text"', logs.output[0])
+        self.assertNotIn("fixed", (h.dir / "a.json.rejected").read_text())
+        h.tick(h.now + 0.1)
+        self.assertEqual([t for t in h.texts() if not t.startswith("missing")], ["fixed"])
+
+
 class JudgeAgreementTest(unittest.TestCase):
     """--check and the harness ask the same judge, so they cannot disagree:
     on many drawn files, --check says "ok" exactly for the files that the
