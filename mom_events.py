@@ -13,13 +13,15 @@ Three kinds: ``immediate`` (fires when the file appears), ``one-shot`` (fires
 once at ``at``) and ``periodic`` (a cron schedule in an IANA timezone).  Each
 channel runs one event at a time with at most ``max_queued`` waiting.
 
-The module reads top to bottom: data model and parsing, schedule arithmetic,
-directory scanning (the scanner and the directory's lock), the schedule (a
-heap of due times), the channels (queues, worker pool, coroutine bridge), the
-history, the files (what each one becomes) and the watcher that joins them,
-the agent's manual, the CLI.  Only croniter
-is needed beyond the standard library, and only for periodic events; it is
-imported when the first periodic event is parsed.
+The module reads top to bottom, parse -> judge -> schedule -> run: data
+model and parsing, schedule arithmetic, the judge (what becomes of a valid
+event, for the harness and --check alike), directory scanning (the scanner
+and the directory's lock), the schedule (a heap of due times), the channels
+(queues, worker pool, coroutine bridge), the history, the files (what each
+one becomes; one writer thread changes them) and the watcher that joins
+them, the agent's manual, the CLI.  Only croniter is needed beyond the
+standard library, and only for periodic events; it is imported when the
+first periodic event is parsed.
 """
 
 from __future__ import annotations
