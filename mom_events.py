@@ -58,6 +58,9 @@ __version__ = "0.1.0"
 log = logging.getLogger("mom_events")
 
 TYPES = ("immediate", "one-shot", "periodic")
+# What the harness tells the agent about its files, by the type of the event
+# it sends: not a file's own event, but a notice about one.
+_NOTICES = {"rejected": "rejection notice", "missed": "missed-run notice"}
 MAX_FILE_BYTES = 1024 * 1024
 
 # The longest a field may be, in characters.  A channel ID is a chat
@@ -101,11 +104,8 @@ _FAST_SCAN = True
 # noticed that soon whatever the poll interval.
 _NAP = 0.25
 
-# A standby tries the directory's lock this often; when it takes over, a
-# one-shot that fell due at most _TAKEOVER_GRACE ago (while no harness held
-# the directory) still runs, late.
+# A standby tries the directory's lock this often.
 _STANDBY_TRY = 0.2
-_TAKEOVER_GRACE = 5.0
 
 # Precision: the scheduler wakes this long before a firing, makes sure a worker
 # thread is waiting for it, and spins the rest (a timed wait wakes ~0.3 ms late
@@ -148,10 +148,12 @@ class _NeedsCroniter(EventError):
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One parsed event file, or (``type == "rejected"``) the notice that a
-    file was rejected, its ``text`` saying why.  ``at``, ``schedule`` and
+    """One parsed event file, or a notice about one (``type`` "rejected" or
+    "missed"), its ``text`` saying what happened.  ``at``, ``schedule`` and
     ``timezone`` are None where the file has no such field; they are kept
-    exactly as written, because the agent recognises its own words."""
+    exactly as written, because the agent recognises its own words.  An
+    occurrence handed to the handler also carries ``due`` (when it was due,
+    aware; None for an immediate) and, if it runs after its time, ``late``."""
 
     filename: str
     type: str
@@ -160,7 +162,9 @@ class Event:
     at: Optional[str] = None
     schedule: Optional[str] = None
     timezone: Optional[str] = None
-    late: Optional[float] = None  # seconds: a one-shot that ran after its time
+    late: Optional[float] = None  # seconds after its due time that it runs, if it runs late
+    due: Optional[datetime] = None
+    catch_up: bool = False  # periodic: run once, late, for what fell due while no harness ran
 
     @property
     def message(self) -> str:
@@ -285,6 +289,8 @@ def parse_event(data: str | bytes, filename: str) -> Event:
         raise EventError(filename, f'unknown type {_clip(kind)!r} (expected "immediate", "one-shot" or "periodic")')
     channel_id = _string_field(obj, "channelId", filename)
     text = _string_field(obj, "text", filename)
+    if "catchUp" in obj and kind != "periodic":
+        raise EventError(filename, f'"catchUp" is for periodic events, not {kind} ones')
     if kind == "immediate":
         return Event(filename, kind, channel_id, text)
     if kind == "one-shot":
@@ -298,12 +304,15 @@ def parse_event(data: str | bytes, filename: str) -> Event:
         raise EventError(filename, f'"timezone" must be a string, not {_json_type(obj["timezone"])}')
     tz_name = obj["timezone"]
     _check_length("timezone", tz_name, filename)
+    catch_up = obj.get("catchUp", False)
+    if not isinstance(catch_up, bool):
+        raise EventError(filename, f'"catchUp" must be true or false, not {_json_type(catch_up)}')
     try:
         _zone(tz_name)
         _compile_cron(schedule)
     except _CronError as exc:
         raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
-    return Event(filename, kind, channel_id, text, schedule=schedule, timezone=tz_name)
+    return Event(filename, kind, channel_id, text, schedule=schedule, timezone=tz_name, catch_up=catch_up)
 
 
 def _past_reason(at: str, now: float) -> str:
@@ -773,14 +782,35 @@ def _next_fire_ts(event: Event, now: float) -> float:
 # ---------------------------------------------------------------------------
 
 
+# A one-shot that fell due at most this long before a harness took over the
+# directory (while none held it) still runs, late.
+_TAKEOVER_GRACE = 5.0
+# An occurrence that fires at least this long after its due time (the clock
+# stepped, the machine slept) is said to run late.
+_LATE = 1.0
+# Counting the occurrences a periodic event missed stops here ("100 or more").
+_MISSED_COUNT = 100
+
+
 @dataclass(frozen=True, slots=True)
 class _Startup:
-    """What a start-up scan knows that a later one does not: an immediate
-    written before ``stale_before`` was written while no harness ran, and a
-    one-shot due at most ``misfire_grace`` seconds ago still runs."""
+    """What a harness knows when it first looks at the directory, at start-up
+    or after a spell in which it could not look: it looks at ``start``; no
+    harness watched since ``down_since`` (the previous holder's last sign of
+    life, or the last look before the spell; None: unknown, as at a first
+    start).  Then an immediate written before ``stale_before`` is stale, and
+    ``misfire_grace`` is the operator's grace for one-shots."""
 
+    start: float
+    down_since: Optional[float]
     stale_before: float
     misfire_grace: float
+
+    def stale(self, mtime_ns: int) -> bool:
+        """Written while no harness watched, not in its last 2 s (coarse timestamps)."""
+        if self.down_since is not None and mtime_ns < self.down_since * 1e9:
+            return False  # a harness was alive and should have run it
+        return mtime_ns < self.stale_before * 1e9 - _TICK_NS
 
 
 @dataclass(frozen=True, slots=True)
@@ -789,27 +819,36 @@ class _Verdict:
     "run" (now; ``due`` is when it was due, ``late`` by how much), "reject"
     (the writer's mistake: ``reason``) or "drop" (delete it unrun, recording
     ``outcome``).  ``reason`` also says, for the log, why it runs late or is
-    dropped."""
+    dropped.  A periodic event scheduled at start-up may also have missed
+    occurrences (``missed``) and catch up the latest (``catch_up``, late)."""
 
     action: str
     due: Optional[float] = None
     late: Optional[float] = None
     reason: str = ""
     outcome: str = ""
+    missed: int = 0
+    catch_up: Optional[float] = None
 
 
 def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup]) -> _Verdict:
     """The fate of a valid ``event`` whose file, modified at ``mtime_ns``, is
-    read at ``now``: by a start-up scan (``startup``), or by a harness that
-    was running when the file appeared (None; what --check assumes)."""
+    read at ``now``: by a first look (``startup``), or by a harness that was
+    running when the file appeared (None; what --check assumes)."""
     if event.type == "immediate":
-        # Only the start-up scan judges staleness: a file that appears later
+        # Only a first look judges staleness: a file that appears later
         # always runs, whatever mtime mv or cp -p gave it.
-        if startup is not None and mtime_ns < startup.stale_before * 1e9 - _TICK_NS:
-            return _Verdict("drop", outcome="stale", reason="immediate event from before start-up (stale)")
+        if startup is not None and startup.stale(mtime_ns):
+            return _Verdict("drop", outcome="stale", reason="immediate event written while no harness was running (stale)")
         return _Verdict("run")
     if event.type == "periodic":
-        return _Verdict("schedule", _next_fire_ts(event, now))
+        due = _next_fire_ts(event, now)
+        if startup is None or startup.down_since is None:
+            return _Verdict("schedule", due)
+        missed, latest = _missed(event, startup.down_since, now)
+        if latest is not None and event.catch_up:
+            return _Verdict("schedule", due, now - latest, missed=missed, catch_up=latest)
+        return _Verdict("schedule", due, missed=missed)
     due = datetime.fromisoformat(event.at).timestamp()
     if due > now:
         return _Verdict("schedule", due)
@@ -817,10 +856,55 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup])
         if mtime_ns < due * 1e9:
             return _Verdict("run", due, now - due, f"written before its time {event.at} but seen after it")
         return _Verdict("reject", due, reason=_past_reason(event.at, now))
+    if startup.down_since is not None:  # every start is a takeover
+        if due < startup.down_since:
+            return _Verdict("run", due, now - due, f"one-shot was due at {event.at}, while a harness was running")
+        if startup.start - due <= _TAKEOVER_GRACE:
+            return _Verdict("run", due, now - due, f"one-shot was due at {event.at}, just before this harness took over")
     if startup.misfire_grace > 0 and now - due <= startup.misfire_grace:
         return _Verdict("run", due, now - due,
                         f"one-shot was due at {event.at}, {now - due:.0f} s before start-up (misfire grace)")
-    return _Verdict("drop", due, outcome="past", reason=f"one-shot time {event.at} has passed")
+    return _Verdict("drop", due, outcome="missed", reason=f"one-shot was due at {event.at} while no harness was running")
+
+
+def _missed(event: Event, since: float, until: float) -> tuple[int, Optional[float]]:
+    """How many occurrences of a periodic event fell due in [since, until)
+    (counted up to _MISSED_COUNT), and the latest of them."""
+    count, latest, after = 0, None, since - 1e-3
+    while count < _MISSED_COUNT:
+        due = _next_fire_ts(event, after)
+        if due >= until:
+            return count, latest
+        count, latest, after = count + 1, due, due
+    back = 1.0  # many: find the latest one before ``until`` from just before it
+    while (due := _next_fire_ts(event, until - back)) >= until and back < until - after:
+        back *= 2
+    while due < until:
+        latest, due = due, _next_fire_ts(event, due)
+    return count, latest
+
+
+def _missed_notice(event: Event, due: float, startup: _Startup) -> Event:
+    """What a one-shot deleted unrun as missed tells the agent, on its channel."""
+    tz = datetime.fromisoformat(event.at).tzinfo
+    spell = ""
+    if startup.down_since is not None:
+        since, until = datetime.fromtimestamp(startup.down_since, tz), datetime.fromtimestamp(startup.start, tz)
+        fmt = "%H:%M:%S" if since.date() == until.date() else "%Y-%m-%d %H:%M:%S"
+        spell = f" (from {since.strftime(fmt)} to {until.strftime(fmt)})"
+    text = (f"It was due at {event.at} while no harness was running{spell}; it did not run, "
+            "and the file was deleted.")
+    return Event(event.filename, "missed", event.channel_id, text, at=event.at)
+
+
+def _aware(event: Event, due: Optional[float]) -> Optional[datetime]:
+    """An occurrence's due time as the agent reads it: at the one-shot's own
+    offset, in the periodic event's timezone."""
+    if due is None or math.isinf(due):
+        return None
+    if event.type == "one-shot":
+        return datetime.fromtimestamp(due, datetime.fromisoformat(event.at).tzinfo)
+    return datetime.fromtimestamp(due, _zone(event.timezone))
 
 
 # ---------------------------------------------------------------------------
@@ -968,6 +1052,13 @@ def _digest(data: bytes) -> int:
 
 _LOCK_NAME = ".mom_events.lock"  # a dotfile, so never an event
 
+# The lock file's second line, which says that its mtime is a trace of life:
+# the harness holding it refreshes it every _HEARTBEAT and at a clean stop,
+# so the next one knows when no harness ran.  A lock file without it (none
+# yet, or one an older version wrote) leaves that unknown.
+_TRACE = "its mtime: when the harness holding it was last alive\n"
+_HEARTBEAT = 1.0  # seconds
+
 
 def _directory_id(st: os.stat_result) -> tuple:
     return (st.st_dev, st.st_ino)
@@ -976,7 +1067,9 @@ def _directory_id(st: os.stat_result) -> tuple:
 class _DirectoryLock:
     """An advisory ``flock`` on ``DIR/.mom_events.lock`` holding the owner's
     PID.  The kernel drops it when the process dies, even by SIGKILL, so a
-    crash never leaves a stale lock behind; the file itself stays."""
+    crash never leaves a stale lock behind; the file itself stays, and its
+    mtime says when its last holder was last alive (``last_alive``, read as
+    the lock is taken)."""
 
     def __init__(self, directory: str):
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -988,19 +1081,39 @@ class _DirectoryLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").partition("\n")[0].strip()
             os.close(fd)
             who = f"process {holder}" if holder.isdigit() else "another process"
             raise EventError(None, f"{directory} is already watched by {who} (lock file {_LOCK_NAME})") from None
         except BaseException:
             os.close(fd)
             raise
+        self.last_alive = self._trace(fd)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()}\n{_TRACE}".encode(), 0)
         self._fd: Optional[int] = fd
+
+    @staticmethod
+    def _trace(fd: int) -> Optional[float]:
+        """When the previous holder was last alive; None when unknown."""
+        try:
+            if os.pread(fd, 256, 0).partition(b"\n")[2] != _TRACE.encode():
+                return None
+            return os.fstat(fd).st_mtime
+        except OSError:
+            return None
+
+    def beat(self) -> None:
+        """A sign of life: the file's mtime is now."""
+        if self._fd is not None:
+            try:
+                os.utime(self._fd)
+            except OSError:  # a read-only remount: the next start knows less, no more
+                pass
 
     def release(self) -> None:
         if self._fd is not None:
+            self.beat()  # a clean stop: the last sign of life is now
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = None
 
@@ -1043,15 +1156,28 @@ class _Scanner:
         self._warned: dict[str, str] = {}       # non-regular names warned about -> what they were
         self._forgotten: deque[str] = deque()   # names to see as new (appended by any thread)
         self._trouble: Optional[str] = None
+        self.came_back = False                  # it could not be looked at for a while: a blind spell
         self._lock: Optional[_DirectoryLock] = None
         self._dir_fd: Optional[int] = None
         self._dir_fd_id: Optional[tuple] = None
 
-    def lock(self) -> None:
-        """Make the directory if missing and take its lock; EventError names
-        the process that holds it."""
+    @property
+    def in_trouble(self) -> bool:
+        """The directory cannot be looked at now."""
+        return self._trouble is not None
+
+    def lock(self) -> Optional[float]:
+        """Make the directory if missing and take its lock; returns when its
+        previous holder was last alive, if known.  EventError names the
+        process that holds it."""
         os.makedirs(self.directory, exist_ok=True)
         self._lock = _DirectoryLock(self.directory)
+        return self._lock.last_alive
+
+    def beat(self) -> None:
+        """A sign of life in the lock file (the scheduler, every _HEARTBEAT)."""
+        if self._lock is not None:
+            self._lock.beat()
 
     def release(self) -> None:
         """Let go of the lock and the directory descriptor."""
@@ -1119,6 +1245,7 @@ class _Scanner:
         if self._trouble is not None and self._dir_key is not None:
             log.warning("events directory %s is back", self.directory)
             self._trouble = None
+            self.came_back = True
         if not seen and not self._fresh:
             return None  # the idle tick
         changes = self._changes(seen)
@@ -1237,6 +1364,7 @@ class _Scanner:
             return False
         self._lock.release()
         self._lock = lock
+        self.came_back = True  # what is in the new directory was written while the harness did not look
         log.info("events directory %s was made anew; took its lock", self.directory)
         return True
 
@@ -1780,7 +1908,7 @@ class _History:
 
 def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict]:
     """Each file's last history entry, from the last ``limit`` bytes; the
-    lines of a ``rejected`` notice's run are not its file's outcome."""
+    lines of a notice's run (rejected, missed) are not its file's outcome."""
     last: dict[str, dict] = {}
     with open(path, "rb") as file:
         file.seek(0, os.SEEK_END)
@@ -1791,7 +1919,7 @@ def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict]:
         for line in file:
             try:
                 entry = json.loads(line)
-                if entry["type"] != "rejected":
+                if entry["type"] not in _NOTICES:
                     last[entry["filename"]] = entry
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut short, or not ours
@@ -1813,7 +1941,7 @@ class _File:
     digest: Optional[int] = None
     event: Optional[Event] = None
     attempts: int = 0                 # parse retries so far
-    at_startup: bool = False          # found by the start-up scan
+    first_look: Optional[_Startup] = None  # found by a first look (start-up, after a blind spell)
     queued: Optional[_Job] = None     # its last occurrence put on a queue (it may have started since)
     quiet: bool = False               # its problem was logged; silent until it changes
     spent: bool = False               # ran or was dropped, but could not be deleted
@@ -1836,30 +1964,28 @@ class _Files:
     the writer takes in (``settle``)."""
 
     def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: Optional[_History],
-                 handler: Callable, on_error: Callable, max_queued: int, misfire_grace: float,
-                 notify_rejected: bool):
+                 handler: Callable, on_error: Callable, max_queued: int, notify: bool):
         self.directory = directory
         self.schedule = _Schedule()
         self.history = history
-        self.started_at: Optional[float] = None
-        self.misfire_grace = misfire_grace
         self._known: dict[str, _File] = {}
         self._scanner = scanner
         self._channels = channels
         self._handler = handler
         self._on_error = on_error
         self._max_queued = max_queued
-        self._notify_rejected = notify_rejected
+        self._notify = notify
         self._finished: deque[_Job] = deque()  # appended by workers, taken in by the writer
 
-    def apply(self, changes: _Changes, now: float, startup: bool = False) -> None:
-        """Act on what a scan found, each file on its own."""
+    def apply(self, changes: _Changes, now: float, first_look: Optional[_Startup] = None) -> None:
+        """Act on what a scan found, each file on its own; ``first_look``: the
+        scan was the first look at the directory in a while."""
         for name in changes.deleted:
             self._guarded(name, self._forget, name, "file removed")
         for name in changes.unusable:
             self._guarded(name, self._forget, name, "file is no longer a regular file")
         for name, sig in changes.changed:
-            self._guarded(name, self._changed, name, sig, now, startup)
+            self._guarded(name, self._changed, name, sig, now, first_look)
 
     def run_due(self, now: float) -> None:
         """Fire (or read again) what is due at ``now``, offering the GIL
@@ -1882,13 +2008,13 @@ class _Files:
             job = self._finished.popleft()
             self._guarded(job.event.filename, self._delete_after_run, job)
 
-    def _changed(self, name: str, sig: tuple, now: float, startup: bool = False) -> None:
+    def _changed(self, name: str, sig: tuple, now: float, first_look: Optional[_Startup] = None) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
         f = self._known.get(name)
         if f is None:
             f = self._known[name] = _File(name)
         self._cancel(f, "file changed")
-        f.sig, f.attempts, f.quiet, f.at_startup = sig, 0, False, startup
+        f.sig, f.attempts, f.quiet, f.first_look = sig, 0, False, first_look
         self._load(f, now)
 
     def _load(self, f: _File, now: float) -> None:
@@ -1969,10 +2095,8 @@ class _Files:
             fate = f"The file is now {rejected}: fix it and move it back to {f.name}."
             self._gone(f.name)
         written = self._record_invalid(f.name, reason, data)
-        if fate is not None and self._notify_rejected:
-            event = _rejected_event(f.name, reason, written, fate)
-            if event is not None:
-                self._put(_Job(event.channel_id, event=event))
+        if fate is not None:
+            self._tell(_rejected_event(f.name, reason, written, fate))
 
     def _guarded(self, name: str, step: Callable, *args) -> None:
         """One file's step.  An unexpected error in it is that file's alone:
@@ -1997,41 +2121,58 @@ class _Files:
 
     def _plan(self, f: _File, now: float, data: bytes) -> None:
         """A valid event (``data``, just read): act on the judge's verdict."""
-        startup = _Startup(self.started_at, self.misfire_grace) if f.at_startup else None
-        verdict = _judge(f.event, f.sig[3], now, startup)
+        event = f.event
+        verdict = _judge(event, f.sig[3], now, f.first_look)
         if verdict.action == "schedule":
+            if verdict.missed:
+                caught = "; running the latest now, late (catchUp)" if verdict.catch_up is not None else ""
+                detail = (f"{verdict.missed}{' or more' if verdict.missed >= _MISSED_COUNT else ''} occurrences "
+                          f"fell due while no harness was running{caught}")
+                log.info("%s: %s", f.name, detail)
+                self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
+            if verdict.catch_up is not None:
+                self._enqueue(f, verdict.catch_up, verdict.late)
             self.schedule.push(f.name, verdict.due)
         elif verdict.action == "run":
             if verdict.late is not None:
                 log.info("%s: %s; running it now, late", f.name, verdict.reason)
-                f.event = replace(f.event, late=verdict.late)
-            self._enqueue(f, verdict.due)
+            self._enqueue(f, verdict.due, verdict.late)
         elif verdict.action == "reject":
             self._invalid(f, verdict.reason, data)
         else:
             log.info("%s: %s; deleting it without running", f.name, verdict.reason)
-            self._record(verdict.outcome, f.name, f.event, dueAt=verdict.due)
-            self._delete(f)
+            self._record(verdict.outcome, f.name, event, dueAt=verdict.due)
+            if self._delete(f) and verdict.outcome == "missed":
+                self._tell(_missed_notice(event, verdict.due, f.first_look))
 
     def _fire(self, f: _File, due: float, now: float) -> None:
         if f.event.type == "periodic":
             self.schedule.push(f.name, _next_fire_ts(f.event, now))  # from now: no catch-up
-        self._enqueue(f, due)
+        self._enqueue(f, due, now - due if now - due >= _LATE else None)  # the clock stepped, or it slept
 
-    def _enqueue(self, f: _File, due: Optional[float]) -> None:
+    def _enqueue(self, f: _File, due: Optional[float], late: Optional[float] = None) -> None:
+        """Put an occurrence of the file's event, due at ``due``, on its
+        channel's queue, unless the previous one still waits there."""
         event = f.event
         if f.queued is not None and self._channels.is_waiting(f.queued):
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
                      f.name, event.channel_id)
             self._record("coalesced", f.name, event, dueAt=due, detail="its previous occurrence is still waiting")
             return
-        job = _Job(event.channel_id, event=event, generation=self.schedule.generation(f.name),
+        occurrence = replace(event, due=_aware(event, due), late=late)
+        job = _Job(event.channel_id, event=occurrence, generation=self.schedule.generation(f.name),
                    sig=f.sig, digest=f.digest, due=due)
         outcome = self._put(job)
         if outcome == "queued":
             f.queued = job
         elif outcome == "full" and event.type != "periodic":
             self._delete(f)
+
+    def _tell(self, notice: Optional[Event]) -> None:
+        """A notice to the agent about one of its files (rejected, missed):
+        on the channel the file names, unless notices are turned off."""
+        if notice is not None and self._notify:
+            self._put(_Job(notice.channel_id, event=notice))
 
     def _put(self, job: _Job) -> str:
         """Onto its channel's queue: "queued", "full" (discarded, and said
@@ -2042,7 +2183,7 @@ class _Files:
         if outcome == "full":
             log.warning("%s: channel %s already has %d events waiting; discarding this %s",
                         event.filename, event.channel_id, self._max_queued,
-                        "rejection notice" if event.type == "rejected" else "occurrence")
+                        _NOTICES.get(event.type, "occurrence"))
             self._record("discarded", event.filename, event, dueAt=job.due,
                          detail=f"{self._max_queued} events already waiting on the channel")
         return outcome
@@ -2117,23 +2258,27 @@ class _Files:
         return taken is None or self._unlink_taken(f, taken)
 
     def _take(self, f: _File, sig: tuple, digest: Optional[int]) -> Optional[str]:
-        """Act on the file judged, not on whatever has its name now: move it
-        to a private name (a dotfile, never an event), then make sure it is
-        the one judged (inode, size and mtime; a rename changes the ctime).
-        Returns the private path; None when another file had the name since
-        (it is put back, for the next scan to read) or none has."""
+        """Act on the file judged, not on whatever has its name now: check
+        that the name still holds it (its whole signature; its content too
+        while its mtime is too recent to trust), move it to a private name (a
+        dotfile, never an event), and check that what moved is the same file
+        (inode, size, mtime: the rename changes the ctime), for an ``mv`` may
+        land in between.  Returns the private path; None when another file
+        has the name (put back if it was moved, for the next scan to read)
+        or none has."""
         path = os.path.join(self.directory, f.name)
         taken = os.path.join(self.directory, f".{f.name}.mom_events-taken")
         try:
+            if not self._still(path, sig, digest):
+                self._scanner.forget(f.name)
+                return None
             os.rename(path, taken)
         except FileNotFoundError:
             self._scanner.forget(f.name)
             return None
         try:
-            st = os.stat(taken)
-            same = _signature(st)[:4] == sig[:4] and not (
-                _is_racy(time.time_ns(), st.st_mtime_ns) and _digest(_read_file(taken)[0]) != digest)
-        except (OSError, _NotRegular):
+            same = _signature(os.stat(taken))[:4] == sig[:4]
+        except OSError:
             same = False
         if same:
             return taken
@@ -2141,6 +2286,17 @@ class _Files:
         self._put_back(taken, path)
         self._scanner.forget(f.name)
         return None
+
+    @staticmethod
+    def _still(path: str, sig: tuple, digest: Optional[int]) -> bool:
+        """Does ``path`` still hold the file judged?"""
+        st = os.stat(path)
+        if _signature(st) != sig:
+            return False
+        try:
+            return not _is_racy(time.time_ns(), st.st_mtime_ns) or _digest(_read_file(path)[0]) == digest
+        except _NotRegular:
+            return False
 
     @staticmethod
     def _put_back(taken: str, path: str) -> None:
@@ -2206,10 +2362,12 @@ class EventsWatcher:
     ``history`` is a file that gets one JSON line per outcome.  ``on_halt``
     is called with the reason if the watcher stops by itself.  ``standby``:
     when another harness holds the directory, wait and take over when it
-    exits.  ``notify_rejected``: a file rejected as invalid is kept as
-    ``NAME.json.rejected`` and, when it names its channel, the handler gets a
-    ``rejected`` event there saying why.  ``clock`` returns the wall-clock
-    time as a POSIX timestamp.
+    exits.  ``notify``: the handler is told, on the channel a file names, when
+    the file was rejected as invalid (a ``rejected`` event; the file is kept
+    as ``NAME.json.rejected``) or a one-shot was deleted unrun because it
+    fell due while no harness ran (a ``missed`` event); ``notify_rejected``
+    is its older name, and either False turns both off.  ``clock`` returns
+    the wall-clock time as a POSIX timestamp.
     """
 
     def __init__(self, events_dir, handler: Callable[[Event], object],
@@ -2218,7 +2376,7 @@ class EventsWatcher:
                  clock: Callable[[], float] = time.time,
                  loop: Optional[asyncio.AbstractEventLoop] = None, history=None, misfire_grace: float = 0,
                  on_halt: Optional[Callable[[str], object]] = None, standby: bool = False,
-                 notify_rejected: bool = True):
+                 notify: bool = True, notify_rejected: bool = True):
         if not callable(handler):
             raise TypeError("handler must be callable")
         if on_error is not None and not callable(on_error):
@@ -2239,8 +2397,11 @@ class EventsWatcher:
         self._channels.loop = loop
         self._files = _Files(self.events_dir, self._scanner, self._channels,
                              _History(history) if history is not None else None,
-                             handler, on_error or _log_error, max_queued, misfire_grace, notify_rejected)
+                             handler, on_error or _log_error, max_queued, notify and notify_rejected)
         self._schedule = self._files.schedule
+        self._misfire_grace = misfire_grace
+        self._first_look: Optional[_Startup] = None  # until a look at the directory succeeds
+        self._looked_at: Optional[float] = None      # the last time one did
         self._life = threading.RLock()  # start() and the beginning of the end, one at a time
         self._thread: Optional[threading.Thread] = None  # the scheduler (or standby) thread
         self._closer: Optional[threading.Thread] = None  # the last writer: lets the directory go
@@ -2271,7 +2432,7 @@ class EventsWatcher:
             if self._thread is not None:
                 raise RuntimeError("an EventsWatcher can be started only once")
             try:
-                self._scanner.lock()
+                down_since = self._scanner.lock()
             except EventError as exc:
                 if not self._standby:
                     raise
@@ -2279,7 +2440,7 @@ class EventsWatcher:
                 target = self._stand_by
             else:
                 try:
-                    self._startup(self._clock())
+                    self._startup(self._clock(), down_since)
                 except BaseException:
                     self._begin_closing()  # lets the directory go once whatever started has ended
                     raise
@@ -2338,29 +2499,30 @@ class EventsWatcher:
 
     # -- the scheduler thread -----------------------------------------------
 
-    def _startup(self, now: float, stale_before: Optional[float] = None) -> None:
-        """The start-up scan.  An immediate file older than ``stale_before``
-        (default: now) was written while no harness ran: it is stale."""
+    def _startup(self, now: float, down_since: Optional[float], waiting_since: Optional[float] = None) -> None:
+        """The start-up: every start is a takeover from a harness last alive
+        at ``down_since`` (None: unknown; then an immediate written before
+        the start, or before a standby began waiting, is stale)."""
         self.active = True
-        self._files.started_at = now if stale_before is None else stale_before
+        grace = self._misfire_grace
+        if down_since is None and waiting_since is not None:  # a standby for a harness that leaves no trace
+            grace = max(grace, _TAKEOVER_GRACE)
+        stale_before = waiting_since if down_since is None and waiting_since is not None else now
+        self._first_look = _Startup(now, down_since, stale_before, grace)
         self._schedule.notice_clock_step(now, time.monotonic())
-        self._poll(now, startup=True)
+        self._poll(now)
 
     def _stand_by(self) -> None:
         """Another harness holds the directory: try its lock a few times a
-        second, and take over once that harness has gone, however it went.
-        The takeover is a start-up, except that what was written since the
-        standby began waiting is not stale, and a one-shot that fell due in
-        the moments no harness held the directory runs late."""
+        second, and take over once that harness has gone, however it went."""
         waiting_since = self._clock()
         while not self._wake.wait(_STANDBY_TRY):
             try:
-                self._scanner.lock()
+                down_since = self._scanner.lock()
             except (EventError, OSError):
                 continue
             try:
-                self._files.misfire_grace = max(self._files.misfire_grace, _TAKEOVER_GRACE)
-                self._startup(self._clock(), stale_before=waiting_since)
+                self._startup(self._clock(), down_since, waiting_since)
             except Exception as exc:
                 log.debug("traceback of the failed takeover", exc_info=exc)
                 self._halt(f"cannot take over {self.events_dir}: {type(exc).__name__}: {exc}")
@@ -2385,7 +2547,7 @@ class EventsWatcher:
     def _run(self) -> None:
         """Poll every interval; between polls sleep until the next due time,
         wake a millisecond early and spin the rest (precise firing)."""
-        next_poll = time.monotonic() + self._poll_interval
+        next_poll = next_beat = time.monotonic() + self._poll_interval
         failing: Optional[str] = None
         while not self._stopping:
             timeout = self._poll_interval
@@ -2399,6 +2561,9 @@ class EventsWatcher:
                 polling = mono >= next_poll
                 if polling:
                     next_poll = mono + self._poll_interval
+                    if mono >= next_beat:
+                        self._scanner.beat()  # the lock file's mtime: when this harness was last alive
+                        next_beat = mono + _HEARTBEAT
                 self._schedule.notice_clock_step(now, mono)
                 upcoming = self._tick(now, polling)
                 timeout = next_poll - mono
@@ -2422,15 +2587,24 @@ class EventsWatcher:
             if timeout > 0:
                 time.sleep(min(timeout, _NAP))
 
-    def _poll(self, now: float, startup: bool = False) -> None:
-        """Scan and act on what changed."""
+    def _poll(self, now: float) -> None:
+        """Scan and act on what changed.  The first look at the directory in
+        a while (at start-up, or after a spell in which it could not be
+        looked at) judges what it finds by the start-up rules for that spell."""
         try:
-            changes = self._scanner.scan(startup)
+            changes = self._scanner.scan(startup=self._first_look is not None)
         except EventError as exc:  # the directory was made anew, and another harness has it
             self._halt(str(exc))
             return
+        first_look = None
+        if not self._scanner.in_trouble:
+            if self._scanner.came_back:
+                self._scanner.came_back = False
+                if self._first_look is None:
+                    self._first_look = _Startup(now, self._looked_at, now, self._misfire_grace)
+            first_look, self._first_look, self._looked_at = self._first_look, None, now
         if changes is not None:
-            self._files.apply(changes, now, startup)
+            self._files.apply(changes, now, first_look)
 
     def _begin_closing(self) -> None:
         """Stop scheduling and queueing at once (what waits is dropped, its
@@ -2682,6 +2856,7 @@ def _event_json(event: Event, fired_at: float) -> str:
         "firedAt": _iso(fired_at), "filename": event.filename, "type": event.type,
         "channelId": event.channel_id, "text": event.text, "message": event.message,
         "at": event.at, "schedule": event.schedule, "timezone": event.timezone, "late": event.late,
+        "dueAt": event.due.isoformat() if event.due else None,
     })
 
 
@@ -2803,7 +2978,8 @@ class _Commands:
 
     def __call__(self, event: Event) -> None:
         fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
-                  "MESSAGE": event.message, "SCHEDULE": _when(event) or event.type}
+                  "MESSAGE": event.message, "SCHEDULE": _when(event) or event.type,
+                  "DUE": event.due.isoformat() if event.due else ""}
         env = dict(os.environ, **{f"MOM_EVENT_{name}": _env_value(value) for name, value in fields.items()})
         import subprocess
         with self._lock:
@@ -3098,9 +3274,10 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
                         metavar="SECONDS",
                         help="a one-shot that fell due at most this long before start-up still runs, late, "
                              "instead of being deleted (default: 0)")
-    parser.add_argument("--no-notify-rejected", dest="notify_rejected", action="store_false",
-                        help="do not send a 'rejected' event to the channel of a file rejected as invalid "
-                             "(it is still kept as NAME.json.rejected and logged)")
+    parser.add_argument("--no-notify", "--no-notify-rejected", dest="notify", action="store_false",
+                        help="send no notices to a file's channel: no 'rejected' event for a file rejected as "
+                             "invalid (still kept as NAME.json.rejected and logged), no 'missed' event for a "
+                             "one-shot that fell due while no harness ran (still logged and in the history)")
     parser.add_argument("--standby", action="store_true",
                         help="when another harness watches DIR, wait and take over when it exits "
                              "(instead of exiting with status 2)")
@@ -3172,7 +3349,7 @@ def _serve(args: argparse.Namespace) -> int:
     watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history,
                             misfire_grace=args.misfire_grace,
                             on_halt=lambda reason: (halted.append(reason), stop.set()), standby=args.standby,
-                            notify_rejected=args.notify_rejected)
+                            notify=args.notify)
     try:
         watcher.start()
     except EventError as exc:
