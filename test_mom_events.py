@@ -4301,6 +4301,149 @@ class MidWriteFuzzTest(unittest.TestCase):
             finals[name] = (content, data, mtime)
 
 
+class DowntimeTest(unittest.TestCase):
+    """Every start is a takeover from a harness last alive at ``down_since``
+    (the lock file's trace): what fell in the window in which none ran is
+    judged by when it was written or due (issue 20).  Simulated time."""
+
+    def harness(self, down_for, **kwargs):
+        h = Harness(self, now=utc(2026, 3, 2, 9, 0, 0).timestamp(), **kwargs)
+        h.down_since = h.now - down_for
+        return h
+
+    def start(self, h):
+        h.w._startup(h.now, h.down_since)
+        h.run_workers()
+
+    def test_immediates_written_before_the_window_run_those_inside_it_are_stale(self):
+        h = self.harness(60)
+        h.write("queued.json", immediate(text="queued"), mtime=h.down_since - 5)  # waited in the old harness
+        h.write("during.json", immediate(text="during"), mtime=h.down_since + 10)
+        h.write("just.json", immediate(text="just"), mtime=h.now - 1)  # coarse timestamps: 2 s allowance
+        with self.assertLogs("mom_events", "INFO") as logs:
+            self.start(h)
+        self.assertEqual(sorted(h.texts()), ["just", "queued"])
+        self.assertFalse(h.exists("during.json"))
+        self.assertIn("during.json: immediate event written while no harness was running (stale)", "\n".join(logs.output))
+
+    def test_one_shots_due_before_the_window_or_just_before_the_start_run_late_the_rest_are_missed(self):
+        h = self.harness(600, history=None)
+        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h.write("hung.json", one_shot(h.down_since - 30, text="hung"))  # due while the old one hung
+        h.write("grace.json", one_shot(h.now - 4, text="grace"))        # the takeover grace: 5 s
+        h.write("missed.json", one_shot(h.now - 300, "C2", text="missed"))
+        with self.assertLogs("mom_events", "INFO"):
+            self.start(h)
+        ran = {e.text: e for _, e in h.fired if e.type == "one-shot"}
+        self.assertEqual(sorted(ran), ["grace", "hung"])
+        self.assertAlmostEqual(ran["hung"].late, 630, delta=0.01)
+        self.assertEqual(ran["hung"].due, datetime.fromtimestamp(h.down_since - 30, timezone.utc))
+        self.assertRegex(ran["grace"].message, r"\] \(late by 4 s\) grace$")
+        notices = [e for _, e in h.fired if e.type == "missed"]
+        self.assertEqual([(e.filename, e.channel_id) for e in notices], [("missed.json", "C2")])
+        self.assertEqual(notices[0].message,
+                         "[EVENT:missed.json:missed] It was due at 2026-03-02T08:55:00+00:00 while no harness was "
+                         "running (from 08:50:00 to 09:00:00); it did not run, and the file was deleted.")
+        self.assertFalse(h.exists("missed.json"))
+        missed = [r for r in read_history(h.dir / ".history.jsonl") if r["outcome"] == "missed"]
+        self.assertEqual([(r["filename"], r["type"], r["dueAt"][11:19]) for r in missed],
+                         [("missed.json", "one-shot", "08:55:00")])
+
+    def test_misfire_grace_still_runs_a_missed_one_shot_late(self):
+        h = self.harness(600, misfire_grace=400)
+        h.write("missed.json", one_shot(h.now - 300, text="missed"))
+        with self.assertLogs("mom_events", "INFO"):
+            self.start(h)
+        self.assertEqual([(e.type, round(e.late)) for _, e in h.fired], [("one-shot", 300)])
+
+    def test_without_a_trace_the_rules_of_a_first_start_hold(self):
+        h = self.harness(60)
+        h.down_since = None
+        h.write("old.json", immediate(text="old"), mtime=h.now - 3600)
+        h.write("soon.json", one_shot(h.now - 4, text="due 4 s ago"))
+        with self.assertLogs("mom_events", "INFO"):
+            self.start(h)
+        self.assertEqual([(e.filename, e.type) for _, e in h.fired], [("soon.json", "missed")])
+        self.assertIn("while no harness was running; it did not run", h.fired[0][1].text)
+
+    def test_catch_up_runs_the_latest_missed_occurrence_once_late(self):
+        h = self.harness(10.5)
+        h.write("fast.json", {**periodic("* * * * * *", "C1", "every second"), "catchUp": True})
+        h.write("slow.json", periodic("* * * * * *", "C2", "no catch-up"))
+        with self.assertLogs("mom_events", "INFO") as logs:
+            self.start(h)
+        self.assertEqual([(e.filename, e.late, e.due) for _, e in h.fired],
+                         [("fast.json", 1.0, datetime.fromtimestamp(h.now - 1, timezone.utc))])
+        self.assertRegex(h.fired[0][1].message, r"^\[EVENT:fast\.json:periodic:\* \* \* \* \* \*\] \(late by 1 s\) ")
+        self.assertIn("slow.json: 10 occurrences fell due while no harness was running", "\n".join(logs.output))
+        self.assertIn("fast.json: 10 occurrences fell due while no harness was running; running the latest now",
+                      "\n".join(logs.output))
+        h.advance(1)  # then on schedule, both
+        self.assertEqual(sorted(e.filename for _, e in h.fired[1:]), ["fast.json", "slow.json"])
+
+    def test_catch_up_counts_many_missed_occurrences_quickly(self):
+        h = self.harness(86400 * 3)
+        h.write("fast.json", {**periodic("* * * * * *"), "catchUp": True})
+        with self.assertLogs("mom_events", "INFO") as logs:
+            self.start(h)
+        self.assertEqual([e.due.timestamp() for _, e in h.fired], [h.now - 1])
+        self.assertIn("100 or more occurrences", "\n".join(logs.output))
+
+    def test_catch_up_needs_a_known_window_and_is_for_periodic_events_only(self):
+        h = self.harness(600)
+        h.down_since = None
+        h.write("fast.json", {**periodic("* * * * *"), "catchUp": True})
+        self.start(h)
+        self.assertEqual(h.fired, [])
+        with self.assertRaisesRegex(EventError, '"catchUp" is for periodic events, not one-shot ones'):
+            parse_event(json.dumps({**one_shot("2030-01-01T00:00:00Z"), "catchUp": True}), "x.json")
+        with self.assertRaisesRegex(EventError, '"catchUp" must be true or false, not a number'):
+            parse_event(json.dumps({**periodic(), "catchUp": 1}), "x.json")
+
+    def test_an_occurrence_fired_late_by_a_stepped_clock_says_so(self):
+        h = Harness(self)
+        h.start()
+        h.write("a.json", one_shot(h.now + 10, text="a"))
+        h.write("p.json", periodic("0 * * * *", text="hourly"))
+        h.tick(h.now + 0.1)
+        h.tick(h.now + 3600)  # the clock stepped (or the machine slept) an hour forward
+        late = {e.filename: e.late for _, e in h.fired}
+        self.assertAlmostEqual(late["a.json"], 3600.1 - 10, delta=0.01)
+        self.assertGreaterEqual(late["p.json"], 1)
+        self.assertTrue(all(e.due is not None for _, e in h.fired))
+
+    def test_a_blind_spell_at_start_up_keeps_the_start_up_rules(self):
+        h = self.harness(60)
+        h.down_since = None
+        h.write("old.json", one_shot(h.now - 86400 * 600, text="due long ago"))
+        h.write("stale.json", immediate(text="stale"), mtime=h.now - 3600)
+        real = os.scandir
+        with mock.patch.object(mom_events.os, "scandir", side_effect=PermissionError(13, "Permission denied")), \
+                self.assertLogs("mom_events", "ERROR"):
+            self.start(h)  # the first listing fails
+            h.tick(h.now + 1)
+        self.assertIs(mom_events.os.scandir, real)
+        with self.assertLogs("mom_events", "INFO"):
+            h.tick(h.now + 1)
+        self.assertEqual([(e.filename, e.type) for _, e in h.fired], [("old.json", "missed")])
+        self.assertFalse(h.exists("stale.json"))
+
+    def test_a_blind_spell_while_running_is_a_window_of_its_own(self):
+        h = self.harness(60)
+        self.start(h)
+        h.tick(h.now + 1)
+        looked = h.now
+        with mock.patch.object(mom_events.os, "scandir", side_effect=PermissionError(13, "Permission denied")), \
+                mock.patch.object(mom_events, "_FAST_SCAN", False), self.assertLogs("mom_events", "ERROR"):
+            h.write("during.json", immediate(text="during"), mtime=looked + 5)
+            h.write("missed.json", one_shot(looked + 10, text="missed"), mtime=looked + 1)
+            h.tick(h.now + 30)
+        with mock.patch.object(mom_events, "_FAST_SCAN", False), self.assertLogs("mom_events", "INFO"):
+            h.tick(h.now + 1)
+        self.assertEqual([(e.filename, e.type) for _, e in h.fired], [("missed.json", "missed")])
+        self.assertFalse(h.exists("during.json"))
+
+
 class MisfireGraceTest(unittest.TestCase):
     def test_a_one_shot_due_just_before_start_up_runs_late_and_says_so(self):
         h = Harness(self, misfire_grace=120)
