@@ -771,8 +771,7 @@ def _next_fire_ts(event: Event, now: float) -> float:
     cron = _compile_cron(event.schedule)
     try:
         return cron.next_after(_zone(event.timezone), datetime.fromtimestamp(now, timezone.utc)).timestamp()
-    except _CronError as exc:
-        log.info("%s: schedule %r %s; it will not run again", event.filename, event.schedule, exc)
+    except _CronError:
         return math.inf
 
 
@@ -843,6 +842,8 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup])
         return _Verdict("run")
     if event.type == "periodic":
         due = _next_fire_ts(event, now)
+        if math.isinf(due):
+            return _Verdict("drop", outcome="ended", reason="its schedule has no occurrence left")
         if startup is None or startup.down_since is None:
             return _Verdict("schedule", due)
         missed, latest = _missed(event, startup.down_since, now)
@@ -1480,6 +1481,7 @@ class _Job:
     event: Optional[Event] = None
     fn: Optional[Callable[[], object]] = None
     generation: Optional[int] = None  # its file's generation when it was queued
+    final: bool = False               # its file is deleted once it has run
     sig: Optional[tuple] = None
     digest: Optional[int] = None
     due: Optional[float] = None       # the occurrence's due time, for the history
@@ -1602,16 +1604,19 @@ class _Channels:
             channel = self._queues.get(channel_id)
             return channel is not None and channel.running is not None
 
-    def close(self) -> None:
-        """Drop what waits, run nothing more; idle workers go."""
+    def close(self) -> list[_Job]:
+        """Drop what waits, run nothing more; idle workers go.  Returns the
+        jobs dropped (none the second time)."""
         with self._lock:
             self._closed = True
+            dropped = [job for channel in self._queues.values() for job in channel.waiting]
             for channel in list(self._queues.values()):
                 channel.waiting.clear()
                 channel.ready = False
                 self._retire(channel)  # a running one goes when its job ends
             self._ready.clear()
             self._work.notify_all()
+            return dropped
 
     def wait(self, timeout: Optional[float]) -> list[str]:
         """Wait up to ``timeout`` (None: for good) for running jobs; the
@@ -2131,7 +2136,7 @@ class _Files:
                 log.info("%s: %s", f.name, detail)
                 self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
             if verdict.catch_up is not None:
-                self._enqueue(f, verdict.catch_up, verdict.late)
+                self._enqueue(f, verdict.catch_up, verdict.late, final=False)
             self.schedule.push(f.name, verdict.due)
         elif verdict.action == "run":
             if verdict.late is not None:
@@ -2146,13 +2151,21 @@ class _Files:
                 self._tell(_missed_notice(event, verdict.due, f.first_look))
 
     def _fire(self, f: _File, due: float, now: float) -> None:
-        if f.event.type == "periodic":
-            self.schedule.push(f.name, _next_fire_ts(f.event, now))  # from now: no catch-up
-        self._enqueue(f, due, now - due if now - due >= _LATE else None)  # the clock stepped, or it slept
+        final = f.event.type != "periodic"
+        if not final:
+            after = _next_fire_ts(f.event, now)  # from now: no catch-up
+            final = math.isinf(after)
+            if final:
+                log.info("%s: this is its last occurrence; the file is deleted once it has run", f.name)
+            else:
+                self.schedule.push(f.name, after)
+        self._enqueue(f, due, now - due if now - due >= _LATE else None, final)  # late: the clock stepped, or it slept
 
-    def _enqueue(self, f: _File, due: Optional[float], late: Optional[float] = None) -> None:
+    def _enqueue(self, f: _File, due: Optional[float], late: Optional[float] = None,
+                 final: Optional[bool] = None) -> None:
         """Put an occurrence of the file's event, due at ``due``, on its
-        channel's queue, unless the previous one still waits there."""
+        channel's queue, unless the previous one still waits there.  After
+        the ``final`` one has run, the file is deleted."""
         event = f.event
         if f.queued is not None and self._channels.is_waiting(f.queued):
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
@@ -2161,11 +2174,12 @@ class _Files:
             return
         occurrence = replace(event, due=_aware(event, due), late=late)
         job = _Job(event.channel_id, event=occurrence, generation=self.schedule.generation(f.name),
-                   sig=f.sig, digest=f.digest, due=due)
+                   sig=f.sig, digest=f.digest, due=due,
+                   final=event.type != "periodic" if final is None else final)
         outcome = self._put(job)
         if outcome == "queued":
             f.queued = job
-        elif outcome == "full" and event.type != "periodic":
+        elif outcome == "full" and job.final:
             self._delete(f)
 
     def _tell(self, notice: Optional[Event]) -> None:
@@ -2208,6 +2222,13 @@ class _Files:
 
     # -- running an event, and deleting its file ---------------------------------
 
+    def dropped(self, job: _Job) -> None:
+        """A job dropped from its queue as the watcher stops (any thread)."""
+        if job.event is not None:
+            self._record("cancelled", job.event.filename, job.event, dueAt=job.due,
+                         detail="the harness stopped before it ran" +
+                                ("" if job.event.type in _NOTICES else "; the file stays"))
+
     def perform(self, job: _Job) -> None:
         """A worker runs one occurrence: the handler (on_error if it raised)
         and its history lines; its file is the writer's to delete."""
@@ -2217,7 +2238,7 @@ class _Files:
         finished, error = self._execute(job)
         self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
                      startedAt=started, finishedAt=time.time(), detail=error)
-        if finished and event.type in ("immediate", "one-shot"):
+        if finished and job.final:
             self._finished.append(job)
 
     def _execute(self, job: _Job) -> tuple[bool, Optional[str]]:
@@ -2472,7 +2493,8 @@ class EventsWatcher:
         busy = self._channels.wait(timeout)
         me = threading.current_thread()
         if not busy and me is not self._thread and not self._channels.in_job():
-            self._closer.join(max(0.0, deadline - time.monotonic()))  # the directory is let go by then
+            # The closer waits for the scheduler thread's nap to end, then lets the directory go.
+            self._closer.join(max(deadline - time.monotonic(), 2 * _NAP))
         return busy
 
     def __enter__(self) -> "EventsWatcher":
@@ -2548,7 +2570,7 @@ class EventsWatcher:
         """Poll every interval; between polls sleep until the next due time,
         wake a millisecond early and spin the rest (precise firing)."""
         next_poll = next_beat = time.monotonic() + self._poll_interval
-        failing: Optional[str] = None
+        failing: set[str] = set()  # the internal errors of the ticks since the last good one
         while not self._stopping:
             timeout = self._poll_interval
             try:
@@ -2578,12 +2600,12 @@ class EventsWatcher:
                         _spin_until(self._clock, due, time.monotonic() + 2 * _LEAD)
                         continue
                     timeout = min(timeout, until_due - _LEAD)
-                failing = None
+                failing.clear()
             except Exception as exc:  # a bug must not silence every event for good
                 what = f"{type(exc).__name__}: {exc}"
-                if what != failing:  # once while it keeps failing the same way
+                if what not in failing and len(failing) < 16:  # each once while it keeps failing
                     log.error("internal error in the scheduler (%s); carrying on", what, exc_info=exc)
-                    failing = what
+                    failing.add(what)
             if timeout > 0:
                 time.sleep(min(timeout, _NAP))
 
@@ -2612,7 +2634,8 @@ class EventsWatcher:
         with self._life:
             self._stopping = True
             self._wake.set()
-            self._channels.close()
+            for job in self._channels.close():
+                self._files.dropped(job)
             if self._closer is None:
                 self._closer = threading.Thread(target=self._close, name="mom_events-closer", daemon=True)
                 self._closer.start()
@@ -3154,9 +3177,12 @@ def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
         return False, str(exc)
     except _NotRegular as exc:
         return False, _ignored(name, str(exc))
-    except FileNotFoundError:
-        return True, f"{name}: gone while checking"
     except OSError as exc:
+        entry = _stat_entry(path)
+        if entry is None:
+            return True, f"{name}: gone while checking"
+        if entry.sig is None:  # a dangling link, a link loop
+            return False, _ignored(name, entry.kind)
         return False, f"{name}: cannot be read ({exc.strerror or exc})"
     what = f"{event.type} on channel {event.channel_id}"
     verdict = _judge(event, sig[3], now, None)
@@ -3168,11 +3194,12 @@ def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
         return True, f"{name}: ok: {what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}"
     if event.type == "one-shot":
         return True, f"{name}: ok: {what}, at {event.at} (in {_span(verdict.due - now)})"
-    after, times = datetime.fromtimestamp(now, timezone.utc), []
-    for _ in range(3):
-        after = next_fire(event.schedule, event.timezone, after)
-        times.append(after.isoformat(timespec="seconds"))
-    return True, f"{name}: ok: {what}, next {', '.join(times)}"
+    times, due = [], verdict.due
+    while len(times) < 3 and not math.isinf(due):
+        times.append(_aware(event, due).isoformat(timespec="seconds"))
+        due = _next_fire_ts(event, due)
+    last = "" if len(times) == 3 else " (its last)" if len(times) == 1 else " (the last)"
+    return True, f"{name}: ok: {what}, next {', '.join(times)}{last}"
 
 
 def _check_rejected(path: str, name: str, now: float) -> str:

@@ -774,9 +774,22 @@ class CronDialectTest(unittest.TestCase):
     def test_a_schedule_whose_years_are_over_is_due_never(self):
         event = parse_event(json.dumps(periodic("0 0 0 1 1 * 2030")), "p.json")
         self.assertEqual(mom_events._next_fire_ts(event, utc(2029, 6, 1).timestamp()), utc(2030, 1, 1).timestamp())
+        self.assertEqual(mom_events._next_fire_ts(event, utc(2030, 6, 1).timestamp()), math.inf)
+
+    def test_a_schedule_runs_its_last_occurrence_then_its_file_goes(self):
+        h = Harness(self, now=utc(2029, 12, 31, 23, 59, 59).timestamp())
+        h.write("p.json", periodic("0 0 0 1 1 * 2030", text="happy new year"))
+        h.write("over.json", periodic("0 0 0 1 1 * 2029", text="never"))
         with self.assertLogs("mom_events", "INFO") as logs:
-            self.assertEqual(mom_events._next_fire_ts(event, utc(2030, 6, 1).timestamp()), math.inf)
-        self.assertIn("p.json", logs.output[0])
+            h.start()
+            self.assertFalse(h.exists("over.json"))  # nothing left of it at all
+            self.assertTrue(h.exists("p.json"))
+            h.advance(2)
+        self.assertEqual(h.texts(), ["happy new year"])
+        self.assertFalse(h.exists("p.json"))
+        self.assertIn("over.json: its schedule has no occurrence left; deleting it without running",
+                      "\n".join(logs.output))
+        self.assertIn("p.json: this is its last occurrence", "\n".join(logs.output))
 
 
 class FuzzTest(unittest.TestCase):
@@ -4166,6 +4179,12 @@ class JudgeAgreementTest(unittest.TestCase):
         at = now + rng.choice([-1, 1]) * rng.uniform(10, 1e6)
         mtime = at + rng.choice([-1, 1]) * rng.uniform(1, 1e5)
         return json.dumps(one_shot(at, channel)), mtime
+
+    def test_check_calls_a_dangling_link_what_the_harness_calls_it(self):
+        d = temp_dir(self, "mom_events_check_")
+        os.symlink(d / "nowhere.json", d / "dangling.json")
+        self.assertEqual(mom_events._check_line(str(d / "dangling.json"), "dangling.json", time.time()),
+                         (False, "dangling.json: ignored: it is a dangling symlink, not a regular file"))
 
     def test_check_and_the_harness_agree_on_drawn_files(self):
         rng = random.Random(4)
