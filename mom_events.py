@@ -2905,6 +2905,7 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
 
 _KILL_AFTER = 5.0      # seconds between SIGTERM and SIGKILL for a command's group
 _KILL_WAIT = 2.0       # seconds to wait for the group after SIGKILL before giving up on it
+_LEFTOVER_GRACE = 0.2  # seconds a finished command's children have to leave its session (setsid -f)
 _LINE_LIMIT = 1 << 16  # a longer line of command output is logged in pieces
 _ENV_LIMIT = 1 << 16   # bytes in a MOM_EVENT_* value; Linux takes 128 KiB a variable, 2 MiB in all
 _SIGNAL_TICK = 0.2     # seconds: how soon the CLI's main thread runs a signal handler
@@ -2941,36 +2942,45 @@ def _env_value(text: str) -> bytes:
     return data[:cut] + marker
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group ``pgid`` still lives.  ``killpg(pgid, 0)``
-    alone says yes while only zombies are left: what a shell leaves behind is
-    reparented to PID 1, which in a container may reap late or never.  A
-    zombie runs nothing and holds nothing, so /proc has the last word.  (A
-    child subreaper could reap them itself, but would then have to reap every
-    daemon the commands start, setsid ones too.)  Without /proc, the kill
-    test is all there is."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # only members we may not signal (setuid): alive
-        return True
+def _run_members(sid: int) -> list[int]:
+    """The live processes of a run: its session ``sid`` (the shell started
+    one), whatever process group they moved to (GNU timeout, shells with job
+    control do); only ``setsid`` leaves it.  Zombies do not count: what a
+    shell leaves behind is reparented to PID 1, which in a container may reap
+    late or never, and a zombie runs nothing.  (A child subreaper could reap
+    them itself, but would then have to reap every daemon the commands start,
+    setsid ones too.)  Without /proc, the session's first group is all that
+    can be seen."""
     try:
         pids = [name for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
-        return True
+        try:
+            os.killpg(sid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [sid]
+    members = []
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", "rb") as file:
-                state, _, group = file.read().rsplit(b")", 1)[1].split()[:3]
+                state, _, _, session = file.read().rsplit(b")", 1)[1].split()[:4]
         except (OSError, ValueError):  # gone meanwhile
             continue
-        if int(group) == pgid and state not in (b"Z", b"X"):
-            return True
-    return False
+        if int(session) == sid and state not in (b"Z", b"X"):
+            members.append(int(pid))
+    return members
 
 
-def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+def _signal_run(proc: subprocess.Popen, signum: int) -> None:
+    """Signal every process of the run: its group, and the members of its
+    session that moved to groups of their own."""
+    for pid in _run_members(proc.pid):
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
         os.killpg(proc.pid, signum)
     except (ProcessLookupError, PermissionError):
@@ -2983,14 +2993,15 @@ class _Commands:
     logged line by line, prefixed with the event's file name; the harness's
     stdout stays the clean stream of events.
 
-    A run is its process group (a session of its own), and it ends when the
-    group is gone, not when the shell exits: dash does not exec the last
-    command, so a SIGTERM can end the shell and spare the command, and a
-    command can leave children behind.  So SIGTERM, then SIGKILL, go to the
-    group whatever became of the shell, and what a command leaves in its
-    group when it exits gets the same, as systemd does with a service's
-    control group.  A program meant to outlive its run starts a session of
-    its own (setsid)."""
+    A run is the session the shell starts (its process group, and whatever
+    groups its processes move to), and it ends when none of them is left,
+    not when the shell exits: dash does not exec the last command, so a
+    SIGTERM can end the shell and spare the command, and a command can leave
+    children behind.  So SIGTERM, then SIGKILL, go to all of them whatever
+    became of the shell, and what a command leaves behind when it exits gets
+    the same (after _LEFTOVER_GRACE, in which a ``setsid -f`` child leaves),
+    as systemd does with a service's control group.  A program meant to
+    outlive its run starts a session of its own (setsid)."""
 
     def __init__(self, command: str, timeout: Optional[float]):
         self.command = command
@@ -3047,7 +3058,7 @@ class _Commands:
         locked = self._lock.acquire(timeout=1.0)
         try:
             for proc in list(self._deadlines):
-                _signal_group(proc, signal.SIGKILL)
+                _signal_run(proc, signal.SIGKILL)
         finally:
             if locked:
                 self._lock.release()
@@ -3061,7 +3072,7 @@ class _Commands:
         pending = _command_bytes(event.message + "\n")
         streams = {proc.stdout.fileno(): (logging.INFO, bytearray()),
                    proc.stderr.fileno(): (logging.WARNING, bytearray())}
-        killed, stopping, kill_at, give_up_at = None, False, math.inf, math.inf
+        killed, stopping, kill_at, give_up_at, exited_at = None, False, math.inf, math.inf, math.inf
         with selectors.DefaultSelector() as selector:
             os.set_blocking(proc.stdin.fileno(), False)
             selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
@@ -3070,23 +3081,25 @@ class _Commands:
             while True:
                 now = time.monotonic()
                 exited = proc.poll() is not None
-                if exited and not _group_alive(proc.pid):
-                    break
+                if exited:
+                    exited_at = min(exited_at, now)
+                    if not _run_members(proc.pid):
+                        break
                 with self._lock:
                     deadline = self._deadlines[proc]
-                if not stopping and (exited or now >= deadline):
+                if not stopping and (now >= exited_at + _LEFTOVER_GRACE or now >= deadline):
                     if exited:
-                        log.warning("%s: the command left processes in its group; stopping them "
+                        log.warning("%s: the command left processes behind; stopping them "
                                     "(a program meant to outlive its run starts with setsid)", event.filename)
                     else:
                         killed = "shutdown" if deadline == -math.inf else "timeout"
-                    _signal_group(proc, signal.SIGTERM)
+                    _signal_run(proc, signal.SIGTERM)
                     stopping, kill_at = True, now + _KILL_AFTER
                 elif now >= kill_at:
-                    _signal_group(proc, signal.SIGKILL)
+                    _signal_run(proc, signal.SIGKILL)
                     kill_at, give_up_at = math.inf, now + _KILL_WAIT
                 elif now >= give_up_at:
-                    log.error("%s: processes of the command's group outlive SIGKILL; no longer waiting "
+                    log.error("%s: processes of the command outlive SIGKILL; no longer waiting "
                               "for them", event.filename)
                     break
                 # Tick at 0.1 s: the group's end and the deadline come without a word on the pipes.
@@ -3290,9 +3303,9 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--exec", metavar="CMD", dest="command",
                         help="run CMD with /bin/sh -c for each event, one at a time per channel: the message "
                              "on stdin, the event in MOM_EVENT_* variables (64 KiB each at most); its output goes "
-                             "to the log; a run ends when its process group is gone")
+                             "to the log; a run ends when its session is gone")
     parser.add_argument("--exec-timeout", type=_seconds, metavar="SECONDS",
-                        help="a command running longer is stopped (SIGTERM to its process group, SIGKILL 5 s "
+                        help="a command running longer is stopped (SIGTERM to its session, SIGKILL 5 s "
                              "later) and counts as failed (default: no limit)")
     parser.add_argument("--grace", type=lambda text: _seconds(text, zero_ok=True), default=30.0, metavar="SECONDS",
                         help="on SIGTERM or SIGINT, how long running events may take to finish (default: 30); "

@@ -2390,7 +2390,7 @@ class SupervisionTest(CliCase):
         cli.signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 0)
         self.assertFalse([line for line in cli.err if "command failed" in line])
-        self.assertEqual(sum("left processes in its group" in line for line in cli.err), 2)
+        self.assertEqual(sum("left processes behind" in line for line in cli.err), 2)
         self.assertEqual(self.left_alive(), [])
         self.assertTrue(alive(int(self.kept.read_text())), "the setsid daemon was killed")
 
@@ -2433,21 +2433,42 @@ class SupervisionTest(CliCase):
         self.assertEqual(cli.finish(5), 143)
         self.assertTrue(wait_for(lambda: not self.left_alive(), 5), "a run outlived the harness")
 
-    def test_a_group_of_zombies_is_gone_a_group_with_a_live_member_is_not(self):
+    def test_a_child_that_moves_to_a_group_of_its_own_is_still_part_of_the_run(self):
+        cli = self.serve("--exec", _EVAL_TEXT, "--exec-timeout", "1")
+        self.put("a1.json", immediate("A", f"timeout 60 sh -c 'echo $$ >> \"{self.pids}\"; sleep 60'"))
+        self.recorded(1)  # GNU timeout puts itself and its child in a process group of their own
+        self.put("a2.json", immediate("A", self.probe("check", self.dir / "check")))
+        self.assertEqual(self.checked(self.dir / "check"), [], "a2 ran while a1's command still lived")
+        self.assertTrue(any("a1.json: command failed: timed out" in line for line in cli.err))
+
+    def test_daemons_started_with_setsid_f_all_survive_their_runs(self):
+        cli = self.serve("--exec", _EVAL_TEXT)
+        for i in range(30):
+            self.put(f"d{i}.json", immediate(f"C{i % 10}", f"setsid -f sh -c 'echo $$ >> \"{self.kept}\"; exec sleep 60'"
+                                              " >/dev/null 2>&1"))
+        self.assertTrue(wait_for(lambda: self.kept.exists() and len(self.kept.read_text().split()) == 30, 20))
+        self.assertTrue(wait_for(lambda: not list(self.events.glob("d*.json")), 10))
+        time.sleep(0.5)
+        pids = [int(pid) for pid in self.kept.read_text().split()]
+        self.assertEqual([pid for pid in pids if not alive(pid)], [])
+        self.assertFalse([line for line in cli.err if "left processes behind" in line])
+
+    def test_a_run_of_zombies_is_gone_a_run_with_a_live_member_is_not(self):
         live = subprocess.Popen(["sleep", "30"], start_new_session=True)
         self.addCleanup(live.wait)
         self.addCleanup(live.kill)
-        self.assertTrue(mom_events._group_alive(live.pid))
+        self.assertEqual(mom_events._run_members(live.pid), [live.pid])
         dead = subprocess.Popen(["true"], start_new_session=True)
         self.addCleanup(dead.wait)
         os.waitid(os.P_PID, dead.pid, os.WEXITED | os.WNOWAIT)  # a zombie until reaped by the cleanup
         os.killpg(dead.pid, 0)  # the kill test alone would call it alive
-        self.assertFalse(mom_events._group_alive(dead.pid))
+        self.assertEqual(mom_events._run_members(dead.pid), [])
 
     def test_a_group_that_outlives_sigkill_is_given_up_on_with_one_error_line(self):
         commands = mom_events._Commands("exit 0", None)
         finished = []
-        with mock.patch.object(mom_events, "_group_alive", return_value=True), \
+        with mock.patch.object(mom_events, "_run_members", return_value=[os.getpid()]), \
+                mock.patch.object(mom_events, "_signal_run"), \
                 mock.patch.object(mom_events, "_KILL_AFTER", 0.2), mock.patch.object(mom_events, "_KILL_WAIT", 0.2), \
                 self.assertLogs("mom_events", "WARNING") as logs:
             runner = threading.Thread(target=lambda: finished.append(commands(Event("a.json", "immediate", "C", "x"))),
@@ -2456,7 +2477,7 @@ class SupervisionTest(CliCase):
             runner.join(10)
         self.assertEqual(finished, [None], "the supervisor waited forever")
         self.assertEqual([record.levelname for record in logs.records], ["WARNING", "ERROR"])
-        self.assertIn("a.json: processes of the command's group outlive SIGKILL", logs.output[1])
+        self.assertIn("a.json: processes of the command outlive SIGKILL", logs.output[1])
 
 
 _DUMP = """
