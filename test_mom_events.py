@@ -2907,6 +2907,95 @@ class LockTest(CliCase):
         self.assertTrue((self.events / "hook.json").exists())
 
 
+class DowntimeCliTest(CliCase):
+    """Issue 20 through the CLI: the lock file's trace of life, and restarts
+    that lose nothing the README says stays."""
+
+    def lock_file(self):
+        return self.events / ".mom_events.lock"
+
+    def stopped_ago(self, seconds):
+        """As if the last harness had stopped ``seconds`` ago."""
+        first = self.serve()
+        first.signal(signal.SIGTERM)
+        self.assertEqual(first.finish(), 0)
+        past = time.time() - seconds
+        os.utime(self.lock_file(), (past, past))
+
+    def lines(self, cli):
+        return [json.loads(line) for line in list(cli.out)]
+
+    def test_the_lock_file_is_a_trace_of_life(self):
+        cli = self.serve()
+        os.utime(self.lock_file(), (time.time() - 100, time.time() - 100))
+        self.assertTrue(wait_for(lambda: time.time() - self.lock_file().stat().st_mtime < 2, 3))
+        time.sleep(0.5)
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertLess(abs(self.lock_file().stat().st_mtime - time.time()), 1.5)  # the clean stop
+        self.assertEqual(self.lock_file().read_text().splitlines()[1:], [mom_events._TRACE.strip()])
+
+    def test_sigkill_then_an_immediate_restart_loses_no_queued_event(self):
+        old = self.serve("--json", "--exec", "cat >/dev/null; sleep 30")
+        for i in range(4):
+            self.put(f"q{i}.json", immediate("C1", f"q{i}"))
+        self.assertTrue(wait_for(lambda: len(old.out) == 1))  # q0 runs, q1-q3 wait
+        due = time.time() + 0.5
+        self.put("o.json", one_shot(due, "C1", "waiting behind q0"))
+        time.sleep(max(0.0, due - time.time()) + 2.2)  # it fell due and waits; the queue is older than 2 s
+        old.proc.kill()
+        old.finish()
+        new = self.serve("--json")
+        self.assertTrue(wait_for(lambda: len(new.out) == 5, 5), new.out)
+        lines = {r["filename"]: r for r in self.lines(new)}
+        self.assertEqual(sorted(lines), ["o.json", "q0.json", "q1.json", "q2.json", "q3.json"])
+        self.assertGreater(lines["o.json"]["late"], 0.2)
+        self.assertEqual(datetime.fromisoformat(lines["o.json"]["dueAt"]).timestamp(),
+                         datetime.fromtimestamp(due, timezone.utc).timestamp())
+
+    def test_a_restart_after_a_clean_stop_runs_what_was_waiting(self):
+        old = self.serve("--exec", "cat >/dev/null; sleep 30", "--grace", "0.5")
+        for i in range(3):
+            self.put(f"q{i}.json", immediate("C1", f"q{i}"))
+        self.assertTrue(wait_for(lambda: len(old.out) == 1))
+        old.signal(signal.SIGTERM)
+        self.assertEqual(old.finish(), 1)  # q0's command was stopped: its file stays, with q1 and q2
+        time.sleep(2.5)  # longer than the allowance for coarse timestamps
+        new = self.serve("--json")
+        self.assertTrue(wait_for(lambda: len(new.out) == 3, 5), new.err)
+        self.assertEqual(sorted(r["filename"] for r in self.lines(new)), ["q0.json", "q1.json", "q2.json"])
+
+    def test_a_one_shot_missed_in_a_downtime_is_told_once_and_an_immediate_written_in_it_is_stale(self):
+        self.stopped_ago(20)
+        self.put("dentist.json", one_shot(time.time() - 10, "C2", "Remind Mario"))
+        self.put("hook.json", immediate("C3", "written in the downtime"))
+        os.utime(self.events / "hook.json", (time.time() - 8, time.time() - 8))
+        cli = self.serve("--json")
+        self.assertTrue(wait_for(lambda: cli.out, 5))
+        time.sleep(0.5)
+        records = self.lines(cli)
+        self.assertEqual([(r["filename"], r["type"], r["channelId"]) for r in records],
+                         [("dentist.json", "missed", "C2")])
+        self.assertRegex(records[0]["message"], r"^\[EVENT:dentist\.json:missed\] It was due at \S+ while no harness "
+                                                r"was running \(from \d\d:\d\d:\d\d to \d\d:\d\d:\d\d\); it did not "
+                                                r"run, and the file was deleted\.$")
+        self.assertEqual(sorted(p.name for p in self.events.glob("*.json")), [])
+
+    def test_catch_up_runs_once_late_and_without_it_nothing_runs_late(self):
+        self.stopped_ago(5.5)
+        self.put("fast.json", {**periodic("* * * * * *", "C1", "caught up"), "catchUp": True})
+        self.put("slow.json", periodic("* * * * * *", "C2", "not caught up"))
+        cli = self.serve("--json")
+        time.sleep(1.6)
+        cli.signal(signal.SIGTERM)
+        cli.finish()
+        records = self.lines(cli)
+        late = [(r["filename"], r["late"] is not None) for r in records if r["late"] is not None]
+        self.assertEqual(late, [("fast.json", True)], records)
+        self.assertTrue(all(r["dueAt"] for r in records))
+        self.assertGreaterEqual(sum(r["filename"] == "slow.json" for r in records), 1)
+
+
 class StandbyTest(CliCase):
     """Two replicas, one harness: a standby takes over when the active one dies."""
 
