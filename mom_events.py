@@ -2763,6 +2763,15 @@ its time) is renamed to `NAME.json.rejected`, unchanged, and you get `[EVENT:NAM
 on its channel. Fix it, check it, then resubmit it with `mv {dir}/NAME.json.rejected {dir}/NAME.json`,
 or `rm` it.
 
+### When the harness was down
+
+A one-shot that fell due while no harness was running is deleted unrun, and you get
+`[EVENT:NAME.json:missed] It was due at ... while no harness was running (...)`: tell the user it did not
+happen, and write it again (for a new time) if it still matters. Other events that run late say so:
+`[EVENT:...] (late by 14 s) text`. A periodic event skips what it missed, unless its file has
+`"catchUp": true`: then it runs once, late, for the latest missed occurrence (right for a daily report,
+wrong for "water the plants every hour").
+
 ### What you will receive
 
 ```
@@ -2792,7 +2801,7 @@ _HISTORY_PROMPT = """
 ### Did it run? The history
 
 Every outcome is appended to `{history}`, one JSON object per line: `queued`, `started`, `done`,
-`failed` (with the error in `detail`), `discarded` (queue full), `coalesced`, `stale`, `past`,
+`failed` (with the error in `detail`), `discarded` (queue full), `coalesced`, `stale`, `missed`, `ended`,
 `invalid` (rejected, with the reason) and `cancelled` (removed or changed before it ran), with `time`,
 `filename`, `type`, `channelId` and, where known, `dueAt`, `startedAt`, `finishedAt`, `detail`. The
 last lines for one file:
