@@ -165,6 +165,9 @@ class Event:
     late: Optional[float] = None  # seconds after its due time that it runs, if it runs late
     due: Optional[datetime] = None
     catch_up: bool = False  # periodic: run once, late, for what fell due while no harness ran
+    every: Optional[str] = None  # periodic: an interval instead of a schedule, as written ("90m")
+    start: Optional[str] = None  # periodic: no occurrence before it (an interval's first)
+    until: Optional[str] = None  # periodic: no occurrence after it
 
     @property
     def message(self) -> str:
@@ -177,8 +180,12 @@ class Event:
 
 
 def _when(event: Event) -> Optional[str]:
-    """A one-shot's ``at`` or a periodic event's schedule, as written."""
-    return event.at if event.type == "one-shot" else event.schedule if event.type == "periodic" else None
+    """A one-shot's ``at`` or a periodic event's schedule (``every 90m``), as written."""
+    if event.type == "one-shot":
+        return event.at
+    if event.type == "periodic":
+        return event.schedule if event.every is None else f"every {event.every}"
+    return None
 
 
 def _span(seconds: float) -> str:
@@ -256,24 +263,59 @@ def _json_type(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _parse_at(at: str, filename: str) -> datetime:
-    """The one-shot's instant; an ``at`` without an offset is an error (the
-    original read it as local time, silently)."""
+def _parse_instant(key: str, text: str, filename: Optional[str], zone: Optional[str] = None) -> datetime:
+    """An ISO 8601 date-time field as an aware instant.  Without an offset it
+    is an error (the original read it as local time, silently), unless
+    ``zone`` is given: then it is wall time there, and an offset given as
+    well must be the one in force there at that instant."""
     try:
-        when = datetime.fromisoformat(at)
+        when = datetime.fromisoformat(text)
     except ValueError:
-        raise EventError(filename, f'"at" is not an ISO 8601 date-time: {_clip(at)!r}') from None
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise EventError(filename, f'"at" has no UTC offset: {_clip(at)!r} (add one, e.g. +01:00 or Z)')
+        raise EventError(filename, f'"{key}" is not an ISO 8601 date-time: {_clip(text)!r}') from None
     try:
+        if when.tzinfo is None or when.utcoffset() is None:
+            if zone is None:
+                raise EventError(filename, f'"{key}" has no UTC offset: {_clip(text)!r} (add one, e.g. +01:00 or '
+                                           f'Z, or give "timezone")')
+            return _wall_instant(_zone(zone), when)
         when.astimezone(timezone.utc)
     except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0
-        raise EventError(filename, f'"at" is out of range: {_clip(at)!r}') from None
+        raise EventError(filename, f'"{key}" is out of range: {_clip(text)!r}') from None
+    if zone is not None:
+        offset, there = when.utcoffset(), when.astimezone(_zone(zone)).utcoffset()
+        if offset != there:
+            raise EventError(filename, f'"{key}" {_clip(text)} has offset {_offset_text(offset)}, but {zone} is at '
+                                       f"{_offset_text(there)} then")
     return when
+
+
+@lru_cache(maxsize=1024)
+def _at(event_at: str, zone: Optional[str]) -> datetime:
+    """A valid one-shot's instant (its ``at``, read in its ``timezone``)."""
+    return _parse_instant("at", event_at, None, zone)
+
+
+def _at_of(event: Event) -> datetime:
+    return _at(event.at, event.timezone)
+
+
+# The fields each type reads.  Any other is ignored (bots add their own),
+# and said so; one of another type's fields is an error.
+_FIELDS = {
+    "immediate": ("type", "channelId", "text"),
+    "one-shot": ("type", "channelId", "text", "at", "timezone"),
+    "periodic": ("type", "channelId", "text", "schedule", "every", "timezone", "start", "until", "catchUp"),
+}
+_ALL_FIELDS = {key for fields in _FIELDS.values() for key in fields}
 
 
 def parse_event(data: str | bytes, filename: str) -> Event:
     """Parse and validate one event file's content; raise EventError."""
+    return _parse(data, filename)[0]
+
+
+def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
+    """``parse_event``, and the fields it ignored."""
     if len(filename) > _MAX_NAME:
         raise EventError(_clip(filename), f"the file name is {len(filename)} characters long "
                                           f"(at most {_MAX_NAME}, as on Linux filesystems)")
@@ -287,40 +329,85 @@ def parse_event(data: str | bytes, filename: str) -> Event:
         raise EventError(filename, f'"type" must be a string, not {_json_type(kind)}')
     if kind not in TYPES:
         raise EventError(filename, f'unknown type {_clip(kind)!r} (expected "immediate", "one-shot" or "periodic")')
+    for key in obj:
+        if key in _ALL_FIELDS and key not in _FIELDS[kind]:
+            owners = " and ".join(t for t in TYPES if key in _FIELDS[t])
+            raise EventError(filename, f'"{key}" is for {owners} events, not {kind} ones')
+    ignored = [key for key in obj if key not in _ALL_FIELDS]
     channel_id = _string_field(obj, "channelId", filename)
     text = _string_field(obj, "text", filename)
-    if "catchUp" in obj and kind != "periodic":
-        raise EventError(filename, f'"catchUp" is for periodic events, not {kind} ones')
-    if kind == "immediate":
-        return Event(filename, kind, channel_id, text)
-    if kind == "one-shot":
-        at = _string_field(obj, "at", filename)
-        _parse_at(at, filename)
-        return Event(filename, kind, channel_id, text, at=at)
-    schedule = _string_field(obj, "schedule", filename)
-    if "timezone" not in obj:
-        raise EventError(filename, 'missing field "timezone"')
-    if not isinstance(obj["timezone"], str):
-        raise EventError(filename, f'"timezone" must be a string, not {_json_type(obj["timezone"])}')
-    tz_name = obj["timezone"]
-    _check_length("timezone", tz_name, filename)
+    zone = _optional_string(obj, "timezone", filename)
+    try:
+        if zone is not None:
+            _zone(zone)
+        if kind == "immediate":
+            return Event(filename, kind, channel_id, text), ignored
+        if kind == "one-shot":
+            at = _string_field(obj, "at", filename)
+            _parse_instant("at", at, filename, zone)
+            return Event(filename, kind, channel_id, text, at=at, timezone=zone), ignored
+        return _periodic(obj, filename, channel_id, text, zone), ignored
+    except _CronError as exc:
+        raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
+
+
+def _periodic(obj: dict, filename: str, channel_id: str, text: str, zone: Optional[str]) -> Event:
+    if "schedule" in obj and "every" in obj:
+        raise EventError(filename, '"schedule" and "every" cannot both be given: one says when it runs')
     catch_up = obj.get("catchUp", False)
     if not isinstance(catch_up, bool):
         raise EventError(filename, f'"catchUp" must be true or false, not {_json_type(catch_up)}')
-    try:
-        _zone(tz_name)
-        _compile_cron(schedule)
-    except _CronError as exc:
-        raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
-    return Event(filename, kind, channel_id, text, schedule=schedule, timezone=tz_name, catch_up=catch_up)
+    start, until = _optional_string(obj, "start", filename), _optional_string(obj, "until", filename)
+    begins = _parse_instant("start", start, filename) if start is not None else None
+    ends = _parse_instant("until", until, filename) if until is not None else None
+    if begins is not None and ends is not None and ends <= begins:
+        raise EventError(filename, f'"until" {_clip(until)} is not after "start" {_clip(start)}')
+    fields = dict(catch_up=catch_up, start=start, until=until, timezone=zone)
+    if "every" in obj:
+        every = _string_field(obj, "every", filename)
+        _interval(every, filename)
+        return Event(filename, "periodic", channel_id, text, every=every, **fields)
+    if "schedule" not in obj:
+        raise EventError(filename, 'missing field "schedule" (or "every", for an interval such as "90m")')
+    schedule = _string_field(obj, "schedule", filename)
+    if zone is None:
+        raise EventError(filename, 'missing field "timezone" (an IANA name such as Europe/Vienna)')
+    _compile_cron(schedule)
+    return Event(filename, "periodic", channel_id, text, schedule=schedule, **fields)
 
 
-def _past_reason(at: str, now: float) -> str:
+def _optional_string(obj: dict, key: str, filename: str) -> Optional[str]:
+    return _string_field(obj, key, filename) if key in obj else None
+
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_MAX_INTERVAL = 3650 * 86400  # ten years
+
+
+def _interval(every: str, filename: Optional[str] = None) -> int:
+    """An interval such as ``90m`` or ``1h30m`` in seconds: whole numbers of
+    d, h, m and s, each unit at most once, in that order."""
+    rest, total, units = every.strip(), 0, list(_UNITS)
+    while rest:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        unit = rest[digits:digits + 1]
+        if not digits or unit not in units or digits > 9:
+            raise EventError(filename, f'"every" {_clip(every)!r} is not an interval such as 90m, 1h30m or 2d '
+                                       "(units d, h, m, s)")
+        total += int(rest[:digits]) * _UNITS[unit]
+        units = units[units.index(unit) + 1:]
+        rest = rest[digits + 1:]
+    if not 1 <= total <= _MAX_INTERVAL:
+        raise EventError(filename, f'"every" {_clip(every)!r} must be at least 1 s and at most ten years')
+    return total
+
+
+def _past_reason(event: Event, now: float) -> str:
     """Why a one-shot written after its (valid) ``at`` is rejected, with the
     time now at the same offset: a wrong year or a UTC time written with a
     local offset shows at a glance."""
-    when = datetime.fromisoformat(at)
-    return (f'"at" {_clip(at)} is {_span(now - when.timestamp())} in the past '
+    when = _at_of(event)
+    return (f'"at" {_clip(event.at)} is {_span(now - when.timestamp())} in the past '
             f"(it is now {datetime.fromtimestamp(now, when.tzinfo).isoformat(timespec='seconds')})")
 
 
@@ -719,6 +806,18 @@ def _offsets(tz: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
     return (wall.replace(tzinfo=tz, fold=0).utcoffset(), wall.replace(tzinfo=tz, fold=1).utcoffset())
 
 
+def _wall_instant(tz: ZoneInfo, wall: datetime) -> datetime:
+    """A naive wall time in ``tz`` as an aware instant there, as a fixed-time
+    cron job reads it: in a spring-forward gap, the first instant after the
+    gap; in a repeated hour, its first pass."""
+    off0, off1 = _offsets(tz, wall)
+    if off0 < off1:
+        moment = _transition(tz, _utc(wall - off1), _utc(wall - off0))
+    else:
+        moment = _utc(wall - off0)
+    return moment.astimezone(tz)
+
+
 def _transition(tz: ZoneInfo, low: datetime, high: datetime) -> datetime:
     """The single offset change in (low, high], to the second, by bisection."""
     target = high.astimezone(tz).utcoffset()
@@ -765,14 +864,32 @@ def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
         raise EventError(None, str(exc)) from None
 
 
-def _next_fire_ts(event: Event, now: float) -> float:
-    """``next_fire`` for a parsed periodic event, on POSIX timestamps; never
-    (infinity) once a schedule's years are over."""
-    cron = _compile_cron(event.schedule)
-    try:
-        return cron.next_after(_zone(event.timezone), datetime.fromtimestamp(now, timezone.utc)).timestamp()
-    except _CronError:
-        return math.inf
+def _next_fire_ts(event: Event, now: float, mtime: float) -> float:
+    """A parsed periodic event's next occurrence strictly after ``now``, on
+    POSIX timestamps; never (infinity) when none is left (past ``until``, or
+    its years are over).  An interval's occurrences are ``start``, ``start +
+    every``, ... or, without a start, one, two, ... intervals after the
+    file's ``mtime``: a restart keeps the phase, a rewrite starts anew."""
+    begins = _instant(event.start)
+    if event.every is not None:
+        step = _interval(event.every)
+        first = begins if begins is not None else mtime + step
+        due = first + step * max(0, math.floor((now - first) / step) + 1)
+    else:
+        after = now if begins is None else max(now, begins - 1e-6)
+        try:
+            due = _compile_cron(event.schedule).next_after(
+                _zone(event.timezone), datetime.fromtimestamp(after, timezone.utc)).timestamp()
+        except _CronError:
+            return math.inf
+    ends = _instant(event.until)
+    return math.inf if ends is not None and due > ends else due
+
+
+@lru_cache(maxsize=1024)
+def _instant(text: Optional[str]) -> Optional[float]:
+    """A valid ``start`` or ``until`` as a POSIX timestamp."""
+    return None if text is None else datetime.fromisoformat(text).timestamp()
 
 
 # ---------------------------------------------------------------------------
@@ -841,22 +958,22 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup])
             return _Verdict("drop", outcome="stale", reason="immediate event written while no harness was running (stale)")
         return _Verdict("run")
     if event.type == "periodic":
-        due = _next_fire_ts(event, now)
+        due = _next_fire_ts(event, now, mtime_ns / 1e9)
         if math.isinf(due):
             return _Verdict("drop", outcome="ended", reason="its schedule has no occurrence left")
         if startup is None or startup.down_since is None:
             return _Verdict("schedule", due)
-        missed, latest = _missed(event, startup.down_since, now)
+        missed, latest = _missed(event, startup.down_since, now, mtime_ns / 1e9)
         if latest is not None and event.catch_up:
             return _Verdict("schedule", due, now - latest, missed=missed, catch_up=latest)
         return _Verdict("schedule", due, missed=missed)
-    due = datetime.fromisoformat(event.at).timestamp()
+    due = _at_of(event).timestamp()
     if due > now:
         return _Verdict("schedule", due)
     if startup is None:  # judged by when it was written, not by when a poll saw it
         if mtime_ns < due * 1e9:
             return _Verdict("run", due, now - due, f"written before its time {event.at} but seen after it")
-        return _Verdict("reject", due, reason=_past_reason(event.at, now))
+        return _Verdict("reject", due, reason=_past_reason(event, now))
     if startup.down_since is not None:  # every start is a takeover
         if due < startup.down_since:
             return _Verdict("run", due, now - due, f"one-shot was due at {event.at}, while a harness was running")
@@ -868,26 +985,26 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup])
     return _Verdict("drop", due, outcome="missed", reason=f"one-shot was due at {event.at} while no harness was running")
 
 
-def _missed(event: Event, since: float, until: float) -> tuple[int, Optional[float]]:
+def _missed(event: Event, since: float, until: float, mtime: float) -> tuple[int, Optional[float]]:
     """How many occurrences of a periodic event fell due in [since, until)
     (counted up to _MISSED_COUNT), and the latest of them."""
     count, latest, after = 0, None, since - 1e-3
     while count < _MISSED_COUNT:
-        due = _next_fire_ts(event, after)
+        due = _next_fire_ts(event, after, mtime)
         if due >= until:
             return count, latest
         count, latest, after = count + 1, due, due
     back = 1.0  # many: find the latest one before ``until`` from just before it
-    while (due := _next_fire_ts(event, until - back)) >= until and back < until - after:
+    while (due := _next_fire_ts(event, until - back, mtime)) >= until and back < until - after:
         back *= 2
     while due < until:
-        latest, due = due, _next_fire_ts(event, due)
+        latest, due = due, _next_fire_ts(event, due, mtime)
     return count, latest
 
 
 def _missed_notice(event: Event, due: float, startup: _Startup) -> Event:
     """What a one-shot deleted unrun as missed tells the agent, on its channel."""
-    tz = datetime.fromisoformat(event.at).tzinfo
+    tz = _at_of(event).tzinfo
     spell = ""
     if startup.down_since is not None:
         since, until = datetime.fromtimestamp(startup.down_since, tz), datetime.fromtimestamp(startup.start, tz)
@@ -904,7 +1021,9 @@ def _aware(event: Event, due: Optional[float]) -> Optional[datetime]:
     if due is None or math.isinf(due):
         return None
     if event.type == "one-shot":
-        return datetime.fromtimestamp(due, datetime.fromisoformat(event.at).tzinfo)
+        return datetime.fromtimestamp(due, _at_of(event).tzinfo)
+    if event.timezone is None:  # an interval: elapsed time, shown in the host's zone
+        return datetime.fromtimestamp(due).astimezone()
     return datetime.fromtimestamp(due, _zone(event.timezone))
 
 
@@ -1949,6 +2068,7 @@ class _File:
     first_look: Optional[_Startup] = None  # found by a first look (start-up, after a blind spell)
     queued: Optional[_Job] = None     # its last occurrence put on a queue (it may have started since)
     quiet: bool = False               # its problem was logged; silent until it changes
+    ignored: set[str] = field(default_factory=set)  # unknown fields said in the log
     spent: bool = False               # ran or was dropped, but could not be deleted
 
 
@@ -2044,7 +2164,7 @@ class _Files:
         f.sig, f.digest = sig, digest
         self._scanner.note_read(f.name, digest, read_ns, sig)
         try:
-            f.event = parse_event(data, f.name)
+            f.event, ignored = _parse(data, f.name)
         except _NeedsCroniter as exc:
             f.event = None
             if not f.quiet:
@@ -2057,6 +2177,9 @@ class _Files:
             self._retry_later(f, now, exc, data)
             return
         f.attempts = 0
+        if ignored and set(ignored) != f.ignored:  # said once per file, until the set changes
+            log.info("%s: %s", f.name, _unknown_fields(ignored))
+        f.ignored = set(ignored)
         self._plan(f, now, data)
 
     def _retry_later(self, f: _File, now: float, exc: EventError, data: bytes) -> None:
@@ -2153,7 +2276,7 @@ class _Files:
     def _fire(self, f: _File, due: float, now: float) -> None:
         final = f.event.type != "periodic"
         if not final:
-            after = _next_fire_ts(f.event, now)  # from now: no catch-up
+            after = _next_fire_ts(f.event, now, f.sig[3] / 1e9)  # from now: no catch-up
             final = math.isinf(after)
             if final:
                 log.info("%s: this is its last occurrence; the file is deleted once it has run", f.name)
@@ -3191,10 +3314,10 @@ def _report(event: Event, exc: BaseException) -> None:
 def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
     """The verdict on one file, judged as an event named ``name`` that a
     running harness sees now would be: whether it will run, and a line saying
-    when or what is wrong."""
+    when or what is wrong, with notes on what it may not mean."""
     try:
         data, sig = _read_file(path)
-        event = parse_event(data, name)
+        event, ignored = _parse(data, name)
     except EventError as exc:
         return False, str(exc)
     except _NotRegular as exc:
@@ -3208,20 +3331,33 @@ def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
         return False, f"{name}: cannot be read ({exc.strerror or exc})"
     what = f"{event.type} on channel {event.channel_id}"
     verdict = _judge(event, sig[3], now, None)
+    notes = [_unknown_fields(ignored)] if ignored else []
+    if event.schedule is not None and _compile_cron(event.schedule).days.either:
+        notes.append("note: both day fields are restricted, so it runs on days matching either field "
+                     "(a + before the day-of-week asks for both)")
+    notes_text = "".join(f"; {note}" for note in notes)
     if verdict.action in ("reject", "drop"):
-        return False, f"{name}: {what}: {verdict.reason}; it will not run"
+        return False, f"{name}: {what}: {verdict.reason}; it will not run{notes_text}"
     if event.type == "immediate":
-        return True, f"{name}: ok: {what}, runs on arrival"
+        return True, f"{name}: ok: {what}, runs on arrival{notes_text}"
     if verdict.action == "run":
-        return True, f"{name}: ok: {what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}"
+        return True, f"{name}: ok: {what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}{notes_text}"
     if event.type == "one-shot":
-        return True, f"{name}: ok: {what}, at {event.at} (in {_span(verdict.due - now)})"
+        when = event.at if event.timezone is None else _at_of(event).isoformat(timespec="seconds")
+        return True, f"{name}: ok: {what}, at {when} (in {_span(verdict.due - now)}){notes_text}"
     times, due = [], verdict.due
     while len(times) < 3 and not math.isinf(due):
         times.append(_aware(event, due).isoformat(timespec="seconds"))
-        due = _next_fire_ts(event, due)
+        due = _next_fire_ts(event, due, sig[3] / 1e9)
     last = "" if len(times) == 3 else " (its last)" if len(times) == 1 else " (the last)"
-    return True, f"{name}: ok: {what}, next {', '.join(times)}{last}"
+    return True, f"{name}: ok: {what}, next {', '.join(times)}{last}{notes_text}"
+
+
+def _unknown_fields(keys: list[str]) -> str:
+    """The note on fields the harness does not know (it ignores them)."""
+    quoted = ", ".join(json.dumps(_clip(key, 40), ensure_ascii=False) for key in keys[:5])
+    more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+    return f"unknown field{'s' if len(keys) > 1 else ''} {quoted}{more} {'are' if len(keys) > 1 else 'is'} ignored"
 
 
 def _check_rejected(path: str, name: str, now: float) -> str:

@@ -773,8 +773,8 @@ class CronDialectTest(unittest.TestCase):
 
     def test_a_schedule_whose_years_are_over_is_due_never(self):
         event = parse_event(json.dumps(periodic("0 0 0 1 1 * 2030")), "p.json")
-        self.assertEqual(mom_events._next_fire_ts(event, utc(2029, 6, 1).timestamp()), utc(2030, 1, 1).timestamp())
-        self.assertEqual(mom_events._next_fire_ts(event, utc(2030, 6, 1).timestamp()), math.inf)
+        self.assertEqual(mom_events._next_fire_ts(event, utc(2029, 6, 1).timestamp(), 0), utc(2030, 1, 1).timestamp())
+        self.assertEqual(mom_events._next_fire_ts(event, utc(2030, 6, 1).timestamp(), 0), math.inf)
 
     def test_a_schedule_runs_its_last_occurrence_then_its_file_goes(self):
         h = Harness(self, now=utc(2029, 12, 31, 23, 59, 59).timestamp())
@@ -1409,7 +1409,7 @@ class RetryTest(unittest.TestCase):
         self.assertEqual((h.dir / "bad.json.rejected").read_text(), content)
         errors = [line for line in logs.output if line.startswith("ERROR")]
         self.assertEqual(errors, ["ERROR:mom_events:bad.json: \"at\" has no UTC offset: '2025-12-15T09:00:00' "
-                                  "(add one, e.g. +01:00 or Z); renamed to bad.json.rejected"])
+                                  "(add one, e.g. +01:00 or Z, or give \"timezone\"); renamed to bad.json.rejected"])
 
     def test_a_file_fixed_during_the_retries_is_scheduled(self):
         h = Harness(self)
@@ -1484,7 +1484,7 @@ class IsolationTest(unittest.TestCase):
     scan, heap or queue are handled as if it were not there."""
 
     def test_an_unexpected_error_for_one_file_leaves_the_rest_of_its_scan_alone(self):
-        real = mom_events.parse_event
+        real = mom_events._parse
 
         def parse(data, filename):
             if filename == "b.json":
@@ -1498,7 +1498,7 @@ class IsolationTest(unittest.TestCase):
                     h.start()
                 for name in ("a.json", "b.json", "c.json"):
                     h.write(name, immediate(text=name), mtime=h.now)
-                with mock.patch.object(mom_events, "parse_event", parse), \
+                with mock.patch.object(mom_events, "_parse", parse), \
                         self.assertLogs("mom_events", "DEBUG") as logs:
                     h.start() if when == "start-up" else h.tick(h.now + 0.1)
                     h.advance(2)
@@ -1518,8 +1518,8 @@ class IsolationTest(unittest.TestCase):
             h.write(name, periodic("* * * * *", channel=name, text=name))
         h.start()
         real = mom_events._next_fire_ts
-        fail = lambda event, now: (_ for _ in ()).throw(OverflowError("injected")) \
-            if event.filename == "b.json" else real(event, now)
+        fail = lambda event, now, mtime: (_ for _ in ()).throw(OverflowError("injected")) \
+            if event.filename == "b.json" else real(event, now, mtime)
         with mock.patch.object(mom_events, "_next_fire_ts", fail), self.assertLogs("mom_events", "ERROR") as logs:
             h.advance(31)
         self.assertEqual(sorted((e.channel_id, e.type) for _, e in h.fired),
