@@ -2385,11 +2385,14 @@ class _Files:
         return True, None
 
     def _delete_after_run(self, job: _Job) -> None:
-        """An immediate or one-shot is deleted once it ran, unless the file
-        changed meanwhile: then its new content is a new event."""
+        """An immediate, a one-shot or a periodic event's last occurrence is
+        deleted once it ran, unless the file changed meanwhile: then its new
+        content is a new event."""
         f = self._known.get(job.event.filename)
         if f is not None and self.schedule.generation(f.name) == job.generation:
-            self._delete(f, job.sig, job.digest)
+            event = f.event
+            if self._delete(f, job.sig, job.digest) and job.event.type == "periodic":
+                self._record("ended", f.name, event, detail="its last occurrence has run")
 
     def _delete(self, f: _File, sig: Optional[tuple] = None, digest: Optional[int] = None) -> bool:
         """Delete the file judged (``sig`` and ``digest``; by default, what

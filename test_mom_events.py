@@ -792,6 +792,148 @@ class CronDialectTest(unittest.TestCase):
         self.assertIn("p.json: this is its last occurrence", "\n".join(logs.output))
 
 
+class LanguageTest(unittest.TestCase):
+    """Everything a user asks for fits in one file: intervals, an end, wall
+    time, and the unknown said (issue 21)."""
+
+    def test_intervals_parse_and_read_as_written(self):
+        for text, seconds in (("90m", 5400), ("1h30m", 5400), ("2d", 172800), ("1s", 1), ("1d2h3m4s", 93784)):
+            self.assertEqual(mom_events._interval(text), seconds)
+        for bad in ("90", "m", "1.5h", "30m1h", "1h1h", "0s", "-5m", "1w", "", " ", "3651d", "9" * 12 + "s"):
+            with self.subTest(bad=bad), self.assertRaises(EventError):
+                mom_events._interval(bad, "x.json")
+        event = parse_event(json.dumps({"type": "periodic", "channelId": "C", "text": "t", "every": "90m"}), "b.json")
+        self.assertEqual((event.every, event.schedule, event.timezone), ("90m", None, None))
+        self.assertEqual(event.message, "[EVENT:b.json:periodic:every 90m] t")
+        self.assertEqual(mom_events._when(event), "every 90m")
+
+    def test_the_fields_of_one_type_are_errors_on_another_and_unknown_ones_are_said(self):
+        cases = [
+            ({**one_shot("2030-01-01T00:00:00Z"), "until": "2030-02-01T00:00:00Z"},
+             '"until" is for periodic events, not one-shot ones'),
+            ({**immediate(), "at": "2030-01-01T00:00:00Z"}, '"at" is for one-shot events, not immediate ones'),
+            ({**periodic(), "every": "5m"}, '"schedule" and "every" cannot both be given'),
+            ({"type": "periodic", "channelId": "C", "text": "t"}, 'missing field "schedule" (or "every"'),
+            ({**periodic(), "start": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"},
+             '"until" 2030-01-01T00:00:00Z is not after "start"'),
+            ({**periodic(), "until": "next year"}, '"until" is not an ISO 8601 date-time'),
+            ({**periodic(), "start": "2030-01-01T00:00:00"}, '"start" has no UTC offset'),
+        ]
+        for content, reason in cases:
+            with self.subTest(reason=reason), self.assertRaises(EventError) as caught:
+                parse_event(json.dumps(content), "x.json")
+            self.assertIn(reason, str(caught.exception))
+        event, ignored = mom_events._parse(json.dumps({**periodic(), "untl": "x", "botNote": 1}), "x.json")
+        self.assertEqual(ignored, ["untl", "botNote"])
+        self.assertEqual(mom_events._unknown_fields(["untl"]), 'unknown field "untl" is ignored')
+
+    def test_a_one_shot_in_wall_time(self):
+        def at(text, zone="Europe/Vienna"):
+            event = parse_event(json.dumps({**one_shot(text), "timezone": zone}), "w.json")
+            return mom_events._at_of(event).isoformat()
+        self.assertEqual(at("2027-03-28T02:30:00"), "2027-03-28T03:00:00+02:00")  # in the gap: its end
+        self.assertEqual(at("2027-10-31T02:30:00"), "2027-10-31T02:30:00+02:00")  # repeated: the first pass
+        self.assertEqual(at("2027-07-01T09:00:00"), "2027-07-01T09:00:00+02:00")
+        self.assertEqual(at("2027-03-28T12:00:00+02:00"), "2027-03-28T12:00:00+02:00")
+        with self.assertRaises(EventError) as caught:
+            at("2027-03-28T12:00:00+01:00")
+        self.assertEqual(str(caught.exception), 'w.json: "at" 2027-03-28T12:00:00+01:00 has offset +01:00, but '
+                                                "Europe/Vienna is at +02:00 then")
+        with self.assertRaisesRegex(EventError, "unknown timezone"):
+            at("2027-03-28T12:00:00", "Mars/Olympus")
+
+    def test_check_shows_the_instant_resolved_and_the_notes(self):
+        d = temp_dir(self, "mom_events_lang_")
+        now = utc(2027, 3, 1).timestamp()
+        files = {
+            "wall.json": {**one_shot("2027-03-28T02:30:00"), "timezone": "Europe/Vienna"},
+            "typo.json": {**periodic("0 9 * * 1", tz="Europe/Vienna"), "untl": "2027-12-31T23:59:59+01:00"},
+            "either.json": periodic("0 17 22-31 * 5", tz="Europe/Vienna"),
+            "every.json": {"type": "periodic", "channelId": "C", "text": "t", "every": "90m",
+                           "start": "2027-03-01T00:00:00Z", "until": "2027-03-01T03:00:00Z"},
+        }
+        lines = {}
+        for name, content in files.items():
+            (d / name).write_text(json.dumps(content))
+            lines[name] = mom_events._check_line(str(d / name), name, now)
+        self.assertEqual(lines["wall.json"], (True, "wall.json: ok: one-shot on channel C1, at 2027-03-28T03:00:00+02:00 "
+                                                    "(in 27 days)"))
+        self.assertTrue(lines["typo.json"][0])
+        self.assertTrue(lines["typo.json"][1].endswith('; unknown field "untl" is ignored'))
+        self.assertIn("runs on days matching either field", lines["either.json"][1])
+        self.assertNotIn("either field", lines["typo.json"][1])
+        self.assertTrue(lines["every.json"][1].endswith("next " + ", ".join(
+            datetime.fromtimestamp(now + k * 5400).astimezone().isoformat(timespec="seconds")
+            for k in (1, 2)) + " (the last)"), lines["every.json"])
+
+    def test_an_interval_keeps_its_phase_across_a_restart_and_a_rewrite_starts_anew(self):
+        h = Harness(self)
+        content = {"type": "periodic", "channelId": "C", "text": "build", "every": "90m"}
+        h.write("build.json", content, mtime=h.now - 1000)  # phase: 90 minutes after its mtime
+        h.start()
+        due = h.w._schedule.due("build.json")
+        self.assertEqual(due, h.now - 1000 + 5400)
+        again = Harness(self, now=h.now + 60)  # a restart, the file unchanged
+        again.write("build.json", content, mtime=h.now - 1000)
+        again.start()
+        self.assertEqual(again.w._schedule.due("build.json"), due)
+        h.advance(5400 - 1000)
+        self.assertEqual(h.texts(), ["build"])
+        self.assertEqual(h.w._schedule.due("build.json"), due + 5400)
+        h.write("build.json", content, mtime=h.now + 10)  # rewritten: it starts anew
+        h.tick(h.now + 10)
+        self.assertEqual(h.w._schedule.due("build.json"), h.now + 5400)
+
+    def test_until_ends_it_and_start_begins_it(self):
+        h = Harness(self, now=utc(2027, 3, 1, 8, 59, 0).timestamp(), history=None)
+        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h.write("mon.json", {**periodic("0 9 * * *", text="daily"), "start": "2027-03-03T00:00:00Z",
+                             "until": "2027-03-04T09:00:00Z"})
+        h.write("done.json", {**periodic("0 9 * * *", text="over"), "until": "2027-02-01T00:00:00Z"})
+        with self.assertLogs("mom_events", "INFO"):
+            h.start()
+            self.assertFalse(h.exists("done.json"))  # nothing left: deleted at once
+            h.advance(86400 * 5)
+        self.assertEqual([datetime.fromtimestamp(t, timezone.utc).day for t, e in h.fired], [3, 4])
+        self.assertFalse(h.exists("mon.json"))  # after its last occurrence
+        ended = [r["filename"] for r in read_history(h.dir / ".history.jsonl") if r["outcome"] == "ended"]
+        self.assertEqual(sorted(ended), ["done.json", "mon.json"])
+
+    def test_fuzzed_new_fields_give_an_event_or_one_clear_line(self):
+        rng = random.Random(21)
+        pieces = ["90m", "1h30m", "0s", "1d", "x", "", " 5m", "5m ", "1h1h", "99999999999s", "2027-03-28T02:30:00",
+                  "2027-03-28T02:30:00+01:00", "2027-03-28T12:00:00Z", "9999-12-31T23:59:59+14:00",
+                  "0001-01-01T00:00:00+01:00", "0001-01-01T00:30:00", "9999-12-31T23:59:59", "Europe/Vienna", "UTC", "Nowhere/Else", "\x00", "\u2028", 5, None,
+                  True, [], {}, 1e308]
+        keys = ["every", "start", "until", "timezone", "at", "schedule", "catchUp", "untl"]
+        for _ in range(3000):
+            content = {"type": rng.choice(["one-shot", "periodic"]), "channelId": "C", "text": "t"}
+            for key in rng.sample(keys, rng.randint(1, 4)):
+                content[key] = rng.choice(pieces) if key != "schedule" else rng.choice(["* * * * *", "0 9 ? * 5#L"])
+            try:
+                event = parse_event(json.dumps(content), "f.json")
+            except EventError as exc:
+                self.assertEqual(len(str(exc).splitlines()), 1, content)
+                self.assertTrue(str(exc).startswith("f.json: "), content)
+                self.assertLess(len(str(exc)), 400)
+                continue
+            if event.type == "one-shot":
+                mom_events._at_of(event)
+            else:
+                mom_events._next_fire_ts(event, utc(2027, 1, 1).timestamp(), utc(2026, 12, 1).timestamp())
+
+    def test_unknown_fields_are_logged_once_per_file(self):
+        h = Harness(self)
+        h.start()
+        h.write("a.json", {**periodic(), "untl": "soon"})
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.tick(h.now + 0.1)
+            h.write("a.json", {**periodic(text="again"), "untl": "soon"})
+            h.tick(h.now + 0.3)
+        self.assertEqual([line for line in logs.output if "unknown" in line],
+                         ['INFO:mom_events:a.json: unknown field "untl" is ignored'])
+
+
 class FuzzTest(unittest.TestCase):
     """Random and mutated input: nothing comes out but an Event, a datetime
     or an EventError with a one-line, bounded reason naming the file."""
