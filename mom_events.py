@@ -2827,45 +2827,50 @@ You can wake yourself up later. An event is a small JSON file in `{dir}/`. A har
 directory and, when an event is due, sends you its `text` as a new message in the event's channel.
 Files are the whole interface: write one to schedule, `rm` it to cancel.{which_channel}
 
+The harness runs in {tz_text}. When someone gives a time without a timezone, assume {tz}. Before you
+compute a time, get the current one with its offset: `date -Iseconds`.
+
 ### The three types
 
-**immediate**: runs as soon as the harness sees the file. For scripts, webhooks and watchers that
-report that something happened.
+**immediate**: runs as soon as the harness sees the file. For scripts, webhooks and watchers.
 ```json
 {immediate}
 ```
 
-**one-shot**: runs once, at `at` (ISO 8601 with a UTC offset). For reminders.
+**one-shot**: runs once, at `at`. For reminders. Give `at` with its UTC offset, or give `timezone` and
+write `at` as wall time there (daylight saving is then worked out for you):
 ```json
 {one_shot}
 ```
+```json
+{one_shot_wall}
+```
 
-**periodic**: runs on a cron schedule in an IANA timezone until you delete the file. For recurring work.
+**periodic**: runs until you delete the file: on a cron `schedule` in an IANA `timezone`, or `every` so
+long (`90m`, `1h30m`, `2d`; elapsed time, no timezone needed). Optional: `start` (no run before it; an
+interval's first run) and `until` (no run after it; then the file is deleted), both with offsets.
 ```json
 {periodic}
 ```
+```json
+{interval}
+```
 
-Immediate and one-shot files delete themselves once they have run. Periodic files stay until you
-remove them.
+Immediate and one-shot files delete themselves once they have run.
 
 ### Cron schedules
 
-Five fields, `minute hour day-of-month month day-of-week`, read in the event's `timezone`:
-- `0 9 * * *`: every day at 09:00
-- `0 9 * * 1-5`: weekdays at 09:00
-- `30 14 * * 1`: Mondays at 14:30
+`minute hour day-of-month month day-of-week`, read in the event's `timezone`:
+- `0 9 * * 1-5`: weekdays at 09:00; `30 14 * * 1`: Mondays at 14:30
 - `0 0 1 * *`: the first of every month at midnight
-- `*/15 * * * *`: every 15 minutes
+- `0 17 * * 5#L` (or `5L`): the last Friday of every month at 17:00; `5#2`: the second Friday
+- `0 9 L * *`: the last day of every month; `LW`: its last weekday
 
-Six fields put seconds first. `@hourly`, `@daily`, `@weekly`, `@monthly` and `@yearly` work too.
+When both day fields are restricted, a day matching *either* runs: `0 17 22-31 * 5` runs every day
+from the 22nd *and* every Friday. A `+` before the day-of-week asks for both: `0 9 1-7 * +1` is the
+first Monday. Six fields put seconds first; `@daily` and `@weekly` work too.
 
-### Timezones
-
-The harness runs in {tz_text}. When someone gives a time without a timezone, assume {tz}.
-Every `at` needs an explicit offset (`+01:00`, `-05:00` or `Z`), and it must be the offset in force on
-that date (daylight saving changes it). `timezone` in a periodic event is an IANA name such as `{tz}`.
-
-### Creating, listing, inspecting, cancelling
+### Creating, checking, cancelling
 
 Write under a temporary name, check it, then `mv` it into place, so the harness never reads a
 half-written file (names that do not end in `.json`, or that start with `.`, are ignored):
@@ -2876,8 +2881,7 @@ JSON
 {check} {dir}/.dentist.json.tmp --check && mv {dir}/.dentist.json.tmp {dir}/dentist.json
 ```
 - The filename is the event's identity: pick a short, unique, descriptive one.
-- List: `ls {dir}/*.json`. Inspect: `cat {dir}/dentist.json`.
-- Cancel: `rm {dir}/dentist.json` (this also cancels a run still waiting its turn).
+- List: `ls {dir}/*.json`. Cancel: `rm {dir}/dentist.json` (also a run still waiting its turn).
 - Change: write the file again the same way; its old schedule is dropped.
 - Check them all (one line per file: its next runs, or what is wrong; status 1 if any will not run):
   `{check} {dir} --check`
@@ -2891,35 +2895,31 @@ or `rm` it.
 
 ### When the harness was down
 
-A one-shot that fell due while no harness was running is deleted unrun, and you get
-`[EVENT:NAME.json:missed] It was due at ... while no harness was running (...)`: tell the user it did not
-happen, and write it again (for a new time) if it still matters. Other events that run late say so:
-`[EVENT:...] (late by 14 s) text`. A periodic event skips what it missed, unless its file has
-`"catchUp": true`: then it runs once, late, for the latest missed occurrence (right for a daily report,
-wrong for "water the plants every hour").
+A one-shot that fell due while no harness ran is deleted unrun, and you get `[EVENT:NAME.json:missed]
+It was due at ... while no harness was running (...)`: tell the user, and write it again if it still
+matters. What runs late says so: `(late by 14 s)`. A periodic event skips what it missed, unless its
+file has `"catchUp": true`: then it runs once, late, for the latest missed run.
 
 ### What you will receive
 
 ```
 [EVENT:dentist.json:one-shot:{at}] Remind Mario about the dentist at 10:00
 ```
-Immediate events arrive as `[EVENT:name.json:immediate] text`, periodic ones as
-`[EVENT:name.json:periodic:0 9 * * 1-5] text`. Write `text` as an instruction to your future self:
-what to do, for whom, and where to find what you will need.
+or `[EVENT:name.json:immediate] text`, `[EVENT:name.json:periodic:0 9 * * 1-5] text`,
+`[EVENT:name.json:periodic:every 90m] text`. Write `text` as an instruction to your future self: what
+to do, for whom, and where to find what you will need.
 
 ### Limits and debouncing
 
-Each channel runs one event at a time, and at most 5 more can wait their turn; beyond that an event is
-discarded (and an immediate or one-shot file deleted). A program that writes an immediate event per
-email or per webhook call will flood the queue. Debounce instead: let it append the items to a file
-and write the event only when none is pending; when you wake, read all the items:
+Each channel runs one event at a time, and at most 5 more can wait; beyond that an event is discarded
+(and an immediate or one-shot file deleted). Debounce a program that reports many things: rather than an
+immediate event per item, let it append items to a file and write the event only when none is pending:
 ```bash
 echo "$ITEM" >> {dir}/.inbox-items
 [ -e {dir}/inbox.json ] || {{
   echo '{{"type": "immediate", "channelId": "{channel}", "text": "New items in {dir}/.inbox-items"}}' \\
     > {dir}/.inbox.json.tmp && mv {dir}/.inbox.json.tmp {dir}/inbox.json; }}
 ```
-Or let it write a one-shot a few minutes ahead, so that a burst becomes a single wake-up.
 """
 
 
@@ -2970,14 +2970,18 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
     def example(kind: str, **fields) -> str:
         return json.dumps({"type": kind, "channelId": channel, **fields}, ensure_ascii=False)
 
+    year_end = datetime(tomorrow.year, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()
     text = _PROMPT.format(
         dir=directory, check=_check_command(), tz=timezone, tz_text=tz_text, at=at, channel=channel,
         which_channel="" if channel_id else
         "\nPut the ID of the channel the event should wake you in into `channelId`.",
         immediate=example("immediate", text="New GitHub issue opened: #42"),
         one_shot=example("one-shot", text="Remind Mario about the dentist at 10:00", at=at),
-        periodic=example("periodic", text="Check the inbox and post a summary",
-                         schedule="0 9 * * 1-5", timezone=timezone))
+        one_shot_wall=example("one-shot", text="Call the plumber", at=f"{tomorrow.isoformat()}T17:00:00",
+                              timezone=timezone),
+        periodic=example("periodic", text="Check the inbox and post a summary", schedule="0 9 * * 1-5",
+                         timezone=timezone, until=year_end),
+        interval=example("periodic", text="Check the build", every="90m"))
     if history is not None:
         text += _HISTORY_PROMPT.format(history=os.fspath(history))
     return text

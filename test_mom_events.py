@@ -2946,15 +2946,42 @@ class PromptTest(CliCase):
         text = mom_events.events_prompt("/srv/bot/events/", timezone="Europe/Vienna", channel_id="C42")
         blocks = [block.split("\n", 1)[1] for block in text.split("```json")[1:]]
         events = [parse_event(block.split("```")[0], "x.json") for block in blocks]
-        self.assertEqual([e.type for e in events], ["immediate", "one-shot", "periodic"])
+        self.assertEqual([e.type for e in events], ["immediate", "one-shot", "one-shot", "periodic", "periodic"])
         self.assertEqual({e.channel_id for e in events}, {"C42"})
-        self.assertEqual(events[2].timezone, "Europe/Vienna")
-        self.assertGreater(datetime.fromisoformat(events[1].at), datetime.now(timezone.utc))
+        self.assertEqual((events[2].timezone, events[3].timezone), ("Europe/Vienna", "Europe/Vienna"))
+        now = time.time()
+        for event in events:  # what the harness would do with each, seen now: run it or schedule it
+            self.assertIn(mom_events._judge(event, int(now * 1e9), now, None).action, ("run", "schedule"), event)
+        self.assertLess(len(text.split()), 900)
         for needle in ("/srv/bot/events/dentist.json", "mv /srv/bot/events/.dentist.json.tmp", "rm ",
                        "0 9 * * 1-5", "Europe/Vienna", "mom_events.py /srv/bot/events --check`",
                        "[EVENT:dentist.json:one-shot:", "at most 5", "Debounce", "delete themselves"):
             self.assertIn(needle, text)
         self.assertNotIn("CHANNEL_ID", text)
+
+    def test_the_cron_examples_mean_what_the_manual_says(self):
+        text = mom_events.events_prompt("events", timezone="Europe/Vienna")
+        section = text.split("### Cron schedules")[1].split("###")[0]
+        patterns = set(re.findall(r"`(\S+ \S+ \S+ \S+ \S+)`", section)) - {"minute hour day-of-month month day-of-week"}
+        after = vienna(2027, 3, 1)
+
+        def days(schedule, count=6):
+            return [f.date() for f in fires(schedule, after, count)]
+        expected = {
+            "0 9 * * 1-5": lambda d: all(x.weekday() < 5 for x in d),
+            "30 14 * * 1": lambda d: all(x.weekday() == 0 for x in d),
+            "0 0 1 * *": lambda d: all(x.day == 1 for x in d),
+            "0 17 * * 5#L": lambda d: all(x.weekday() == 4 and (x + timedelta(days=7)).month != x.month for x in d),
+            "0 9 L * *": lambda d: all((x + timedelta(days=1)).day == 1 for x in d),
+            "0 17 22-31 * 5": lambda d: any(x.weekday() != 4 for x in d) and any(x.day < 22 for x in days(
+                "0 17 22-31 * 5", 20)),
+            "0 9 1-7 * +1": lambda d: all(x.weekday() == 0 and x.day <= 7 for x in d),
+        }
+        self.assertEqual(patterns, set(expected))
+        for schedule, holds in expected.items():
+            with self.subTest(schedule=schedule):
+                self.assertTrue(holds(days(schedule)), days(schedule))
+        self.assertEqual(days("0 17 * * 5L"), days("0 17 * * 5#L"))
 
     def test_the_check_command_works_from_any_directory(self):
         """The manual's commands, pasted into a shell elsewhere, check a
