@@ -947,6 +947,21 @@ class _Verdict:
     catch_up: Optional[float] = None
 
 
+def _down_since(trace: Optional[tuple[float, bool]], now: float) -> Optional[float]:
+    """Since when no harness ran, by the lock file's ``trace`` (the last
+    sign of life, and whether it was a clean stop): a harness that died may
+    have lived a beat longer.  A trace from the future (a clock stepped
+    back, a restored backup) says nothing."""
+    if trace is None:
+        return None
+    seen, clean = trace
+    if seen > now + 1.0:
+        log.warning("the lock file says a harness was alive %s from now; when none ran is unknown",
+                    _span(seen - now))
+        return None
+    return min(now, seen if clean else seen + _DIED_WITHIN)
+
+
 def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup]) -> _Verdict:
     """The fate of a valid ``event`` whose file, modified at ``mtime_ns``, is
     read at ``now``: by a first look (``startup``), or by a harness that was
@@ -959,14 +974,17 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup])
         return _Verdict("run")
     if event.type == "periodic":
         due = _next_fire_ts(event, now, mtime_ns / 1e9)
+        missed, latest = 0, None
+        if startup is not None and startup.down_since is not None:
+            missed, latest = _missed(event, startup.down_since, now, mtime_ns / 1e9)
+        catch_up = latest if event.catch_up else None
+        late = None if catch_up is None else now - catch_up
+        if math.isinf(due) and catch_up is not None:
+            return _Verdict("run", catch_up, late, "its last occurrence fell due while no harness was running "
+                                                   "(catchUp)", missed=missed)
         if math.isinf(due):
-            return _Verdict("drop", outcome="ended", reason="its schedule has no occurrence left")
-        if startup is None or startup.down_since is None:
-            return _Verdict("schedule", due)
-        missed, latest = _missed(event, startup.down_since, now, mtime_ns / 1e9)
-        if latest is not None and event.catch_up:
-            return _Verdict("schedule", due, now - latest, missed=missed, catch_up=latest)
-        return _Verdict("schedule", due, missed=missed)
+            return _Verdict("drop", outcome="ended", reason="its schedule has no occurrence left", missed=missed)
+        return _Verdict("schedule", due, late, missed=missed, catch_up=catch_up)
     due = _at_of(event).timestamp()
     if due > now:
         return _Verdict("schedule", due)
@@ -1173,11 +1191,15 @@ def _digest(data: bytes) -> int:
 _LOCK_NAME = ".mom_events.lock"  # a dotfile, so never an event
 
 # The lock file's second line, which says that its mtime is a trace of life:
-# the harness holding it refreshes it every _HEARTBEAT and at a clean stop,
-# so the next one knows when no harness ran.  A lock file without it (none
-# yet, or one an older version wrote) leaves that unknown.
+# the harness holding it refreshes it every _HEARTBEAT and at a clean stop
+# (which adds _STOPPED), so the next one knows when no harness ran.  A lock
+# file without it (none yet, or one an older version wrote) leaves that
+# unknown.  A harness that died may have lived up to a beat after its last
+# one (or longer, if a tick was slow): _DIED_WITHIN is allowed for that.
 _TRACE = "its mtime: when the harness holding it was last alive\n"
+_STOPPED = "it stopped cleanly then\n"
 _HEARTBEAT = 1.0  # seconds
+_DIED_WITHIN = 2 * _HEARTBEAT
 
 
 def _directory_id(st: os.stat_result) -> tuple:
@@ -1208,32 +1230,50 @@ class _DirectoryLock:
         except BaseException:
             os.close(fd)
             raise
-        self.last_alive = self._trace(fd)
+        # The previous holder's trace stays as it is until this harness has
+        # looked at the directory (its first beat): killed during its own
+        # start-up, it must not hide the downtime from the next one.
+        self.trace = self._trace(fd)
+        rest = os.pread(fd, 256, 0).partition(b"\n")[2] if self.trace is not None else b""
+        st = os.fstat(fd)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n{_TRACE}".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode() + rest, 0)
+        if self.trace is not None:
+            os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
         self._fd: Optional[int] = fd
+        self._tracing = False
 
     @staticmethod
-    def _trace(fd: int) -> Optional[float]:
-        """When the previous holder was last alive; None when unknown."""
+    def _trace(fd: int) -> Optional[tuple[float, bool]]:
+        """When the previous holder was last alive, and whether it stopped
+        cleanly then; None when unknown."""
         try:
-            if os.pread(fd, 256, 0).partition(b"\n")[2] != _TRACE.encode():
+            rest = os.pread(fd, 256, 0).partition(b"\n")[2]
+            if rest not in (_TRACE.encode(), (_TRACE + _STOPPED).encode()):
                 return None
-            return os.fstat(fd).st_mtime
+            return os.fstat(fd).st_mtime, rest.endswith(_STOPPED.encode())
         except OSError:
             return None
 
-    def beat(self) -> None:
-        """A sign of life: the file's mtime is now."""
-        if self._fd is not None:
-            try:
-                os.utime(self._fd)
-            except OSError:  # a read-only remount: the next start knows less, no more
-                pass
+    def beat(self, stopping: bool = False) -> None:
+        """A sign of life: the file's mtime is now (and, ``stopping``, that
+        this harness stopped cleanly)."""
+        if self._fd is None:
+            return
+        try:
+            if stopping or not self._tracing:
+                content = f"{os.getpid()}\n{_TRACE}{_STOPPED if stopping else ''}".encode()
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, content, 0)
+                self._tracing = True
+            os.utime(self._fd)
+        except OSError:  # a read-only remount: the next start knows less, no more
+            pass
 
-    def release(self) -> None:
+    def release(self, clean: bool = True) -> None:
         if self._fd is not None:
-            self.beat()  # a clean stop: the last sign of life is now
+            if clean and self._tracing:
+                self.beat(stopping=True)  # the last sign of life is now
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = None
 
@@ -1286,13 +1326,13 @@ class _Scanner:
         """The directory cannot be looked at now."""
         return self._trouble is not None
 
-    def lock(self) -> Optional[float]:
+    def lock(self) -> Optional[tuple[float, bool]]:
         """Make the directory if missing and take its lock; returns when its
-        previous holder was last alive, if known.  EventError names the
-        process that holds it."""
+        previous holder was last alive and whether it stopped cleanly then,
+        if known.  EventError names the process that holds it."""
         os.makedirs(self.directory, exist_ok=True)
         self._lock = _DirectoryLock(self.directory)
-        return self._lock.last_alive
+        return self._lock.trace
 
     def beat(self) -> None:
         """A sign of life in the lock file (the scheduler, every _HEARTBEAT)."""
@@ -2251,20 +2291,22 @@ class _Files:
         """A valid event (``data``, just read): act on the judge's verdict."""
         event = f.event
         verdict = _judge(event, f.sig[3], now, f.first_look)
+        if verdict.missed:  # a periodic event's occurrences that fell in a downtime
+            count = f"{verdict.missed}{' or more' if verdict.missed >= _MISSED_COUNT else ''}"
+            caught = ("; running the latest now, late (catchUp)" if event.catch_up and verdict.action != "drop"
+                      else "")
+            detail = (f"{count} occurrence{'s' if verdict.missed > 1 else ''} fell due while no harness was "
+                      f"running{caught}")
+            log.info("%s: %s", f.name, detail)
+            self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
         if verdict.action == "schedule":
-            if verdict.missed:
-                caught = "; running the latest now, late (catchUp)" if verdict.catch_up is not None else ""
-                detail = (f"{verdict.missed}{' or more' if verdict.missed >= _MISSED_COUNT else ''} occurrences "
-                          f"fell due while no harness was running{caught}")
-                log.info("%s: %s", f.name, detail)
-                self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
             if verdict.catch_up is not None:
                 self._enqueue(f, verdict.catch_up, verdict.late, final=False)
             self.schedule.push(f.name, verdict.due)
-        elif verdict.action == "run":
+        elif verdict.action == "run":  # once, and the file goes (a periodic's last, caught up)
             if verdict.late is not None:
                 log.info("%s: %s; running it now, late", f.name, verdict.reason)
-            self._enqueue(f, verdict.due, verdict.late)
+            self._enqueue(f, verdict.due, verdict.late, final=True)
         elif verdict.action == "reject":
             self._invalid(f, verdict.reason, data)
         else:
@@ -2579,7 +2621,7 @@ class EventsWatcher:
             if self._thread is not None:
                 raise RuntimeError("an EventsWatcher can be started only once")
             try:
-                down_since = self._scanner.lock()
+                trace = self._scanner.lock()
             except EventError as exc:
                 if not self._standby:
                     raise
@@ -2587,7 +2629,7 @@ class EventsWatcher:
                 target = self._stand_by
             else:
                 try:
-                    self._startup(self._clock(), down_since)
+                    self._startup(self._clock(), trace)
                 except BaseException:
                     self._begin_closing()  # lets the directory go once whatever started has ended
                     raise
@@ -2647,11 +2689,14 @@ class EventsWatcher:
 
     # -- the scheduler thread -----------------------------------------------
 
-    def _startup(self, now: float, down_since: Optional[float], waiting_since: Optional[float] = None) -> None:
-        """The start-up: every start is a takeover from a harness last alive
-        at ``down_since`` (None: unknown; then an immediate written before
-        the start, or before a standby began waiting, is stale)."""
+    def _startup(self, now: float, trace: Optional[tuple[float, bool]],
+                 waiting_since: Optional[float] = None) -> None:
+        """The start-up: every start is a takeover from the harness whose
+        ``trace`` the lock file kept (None: unknown; then an immediate
+        written before the start, or before a standby began waiting, is
+        stale)."""
         self.active = True
+        down_since = _down_since(trace, now)
         grace = self._misfire_grace
         if down_since is None and waiting_since is not None:  # a standby for a harness that leaves no trace
             grace = max(grace, _TAKEOVER_GRACE)
@@ -2659,6 +2704,7 @@ class EventsWatcher:
         self._first_look = _Startup(now, down_since, stale_before, grace)
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
+        self._scanner.beat()  # only now: killed during its start-up, it leaves the previous trace
 
     def _stand_by(self) -> None:
         """Another harness holds the directory: try its lock a few times a
@@ -2666,11 +2712,11 @@ class EventsWatcher:
         waiting_since = self._clock()
         while not self._wake.wait(_STANDBY_TRY):
             try:
-                down_since = self._scanner.lock()
+                trace = self._scanner.lock()
             except (EventError, OSError):
                 continue
             try:
-                self._startup(self._clock(), down_since, waiting_since)
+                self._startup(self._clock(), trace, waiting_since)
             except Exception as exc:
                 log.debug("traceback of the failed takeover", exc_info=exc)
                 self._halt(f"cannot take over {self.events_dir}: {type(exc).__name__}: {exc}")

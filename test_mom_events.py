@@ -3102,7 +3102,8 @@ class DowntimeCliTest(CliCase):
         cli.signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 0)
         self.assertLess(abs(self.lock_file().stat().st_mtime - time.time()), 1.5)  # the clean stop
-        self.assertEqual(self.lock_file().read_text().splitlines()[1:], [mom_events._TRACE.strip()])
+        self.assertEqual(self.lock_file().read_text().splitlines()[1:],
+                         [mom_events._TRACE.strip(), mom_events._STOPPED.strip()])
 
     def test_sigkill_then_an_immediate_restart_loses_no_queued_event(self):
         old = self.serve("--json", "--exec", "cat >/dev/null; sleep 30")
@@ -4610,7 +4611,7 @@ class DowntimeTest(unittest.TestCase):
         return h
 
     def start(self, h):
-        h.w._startup(h.now, h.down_since)
+        h.w._startup(h.now, None if h.down_since is None else (h.down_since, True))  # a clean stop
         h.run_workers()
 
     def test_immediates_written_before_the_window_run_those_inside_it_are_stale(self):
@@ -4646,6 +4647,51 @@ class DowntimeTest(unittest.TestCase):
         missed = [r for r in read_history(h.dir / ".history.jsonl") if r["outcome"] == "missed"]
         self.assertEqual([(r["filename"], r["type"], r["dueAt"][11:19]) for r in missed],
                          [("missed.json", "one-shot", "08:55:00")])
+
+    def test_a_harness_that_died_may_have_lived_a_beat_after_its_last_one(self):
+        h = self.harness(7)
+        beat = h.down_since
+        h.write("queued.json", immediate(text="queued"), mtime=beat + 0.5)  # queued before it died
+        h.write("due.json", one_shot(beat + 1, text="due"))                 # waiting when it died
+        h.write("p.json", {**periodic("*/20 * * * * *", text="ran"), "catchUp": True})  # ran at beat + 0.5
+        with self.assertLogs("mom_events", "INFO"):
+            h.w._startup(h.now, (beat, False))  # no clean stop: it was killed
+            h.run_workers()
+        self.assertEqual(sorted(e.text for _, e in h.fired), ["due", "queued"])
+
+    def test_killed_during_its_own_start_up_a_harness_leaves_the_previous_trace(self):
+        d = temp_dir(self, "mom_events_trace_")
+        lock = mom_events._DirectoryLock(str(d))
+        lock.beat()
+        lock.release()  # a clean stop, an hour ago
+        hour_ago = time.time() - 3600
+        os.utime(d / ".mom_events.lock", (hour_ago, hour_ago))
+        crashed = mom_events._DirectoryLock(str(d))  # takes the lock, then dies before its first look
+        self.assertEqual(crashed.trace, (hour_ago, True))
+        os.close(crashed._fd)
+        after = mom_events._DirectoryLock(str(d))
+        self.addCleanup(after.release)
+        self.assertEqual(after.trace, (hour_ago, True))
+        self.assertEqual((d / ".mom_events.lock").read_text().splitlines()[0], str(os.getpid()))
+
+    def test_a_trace_from_the_future_says_nothing(self):
+        h = self.harness(60)
+        h.write("old.json", immediate(text="old"), mtime=h.now - 86400 * 2)
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.w._startup(h.now, (h.now + 3600, True))
+            h.run_workers()
+        self.assertEqual(h.fired, [])
+        self.assertIn("a harness was alive 1 hour from now; when none ran is unknown", "\n".join(logs.output))
+
+    def test_catch_up_runs_a_last_occurrence_that_fell_in_the_downtime_then_the_file_goes(self):
+        h = self.harness(60)
+        last = datetime.fromtimestamp(h.now - 20, timezone.utc)
+        h.write("once.json", {**periodic(f"{last.second} {last.minute} {last.hour} {last.day} {last.month} * "
+                                         f"{last.year}", text="last"), "catchUp": True})
+        with self.assertLogs("mom_events", "INFO"):
+            self.start(h)
+        self.assertEqual([(e.text, e.late) for _, e in h.fired], [("last", 20.0)])
+        self.assertFalse(h.exists("once.json"))
 
     def test_misfire_grace_still_runs_a_missed_one_shot_late(self):
         h = self.harness(600, misfire_grace=400)
