@@ -701,6 +701,7 @@ class _Cron:
         self.wildcard = _unrestricted(minute) or _unrestricted(hour)
         self._lock = threading.Lock()
         self._times = None
+        self._memo: Optional[tuple[tuple[ZoneInfo, datetime], datetime]] = None
 
     def bind(self) -> None:
         """Attach croniter and make sure the pattern ever fires."""
@@ -747,7 +748,18 @@ class _Cron:
                 searched.add(year % 400)
 
     def next_after(self, tz: ZoneInfo, after: datetime) -> datetime:
+        """The first instant strictly after ``after`` that matches in ``tz``.
+        The last answer is kept: a start-up judges every file at one instant,
+        and files share a handful of schedules."""
         after = after.astimezone(timezone.utc)
+        memo = self._memo
+        if memo is not None and memo[0] == (tz, after):
+            return memo[1]
+        best = self._next_after(tz, after)
+        self._memo = ((tz, after), best)
+        return best
+
+    def _next_after(self, tz: ZoneInfo, after: datetime) -> datetime:
         local = after.astimezone(tz)
         wall = local.replace(tzinfo=None)
         off0, off1 = _offsets(tz, wall)
