@@ -275,8 +275,9 @@ def _parse_instant(key: str, text: str, filename: Optional[str], zone: Optional[
     try:
         if when.tzinfo is None or when.utcoffset() is None:
             if zone is None:
+                wall = ', or give "timezone"' if key == "at" else ""
                 raise EventError(filename, f'"{key}" has no UTC offset: {_clip(text)!r} (add one, e.g. +01:00 or '
-                                           f'Z, or give "timezone")')
+                                           f"Z{wall})")
             return _wall_instant(_zone(zone), when)
         when.astimezone(timezone.utc)
     except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0
@@ -387,11 +388,11 @@ _MAX_INTERVAL = 3650 * 86400  # ten years
 def _interval(every: str, filename: Optional[str] = None) -> int:
     """An interval such as ``90m`` or ``1h30m`` in seconds: whole numbers of
     d, h, m and s, each unit at most once, in that order."""
-    rest, total, units = every.strip(), 0, list(_UNITS)
+    rest, total, units = every, 0, list(_UNITS)
     while rest:
         digits = len(rest) - len(rest.lstrip("0123456789"))
         unit = rest[digits:digits + 1]
-        if not digits or unit not in units or digits > 9:
+        if not digits or unit not in units or len(rest[:digits].lstrip("0")) > 12:
             raise EventError(filename, f'"every" {_clip(every)!r} is not an interval such as 90m, 1h30m or 2d '
                                        "(units d, h, m, s)")
         total += int(rest[:digits]) * _UNITS[unit]
@@ -540,6 +541,8 @@ def _values(item: str, spec: _FieldSpec) -> range | set[int]:
             raise _CronError(f"{_clip(item)!r}: step {_clip(step_text, 12)} is larger than the {spec.name} field")
     if body in ("*", "?"):
         low, high = spec.low, spec.high
+        if spec is _YEAR and slash:
+            low = 0  # croner steps years from 0: */2 is the even years
     elif "-" in body:
         first, _, last = body.partition("-")
         low, high = _field_value(first, spec), _field_value(last, spec)
@@ -895,7 +898,10 @@ def _next_fire_ts(event: Event, now: float, mtime: float) -> float:
         except _CronError:
             return math.inf
     ends = _instant(event.until)
-    return math.inf if ends is not None and due > ends else due
+    return math.inf if ends is not None and due > ends or due >= _LAST_INSTANT else due
+
+
+_LAST_INSTANT = datetime(9999, 12, 31, tzinfo=timezone.utc).timestamp()  # datetime's end, with a day to spare
 
 
 @lru_cache(maxsize=1024)
@@ -2344,20 +2350,21 @@ class _Files:
         channel's queue, unless the previous one still waits there.  After
         the ``final`` one has run, the file is deleted."""
         event = f.event
+        final = event.type != "periodic" if final is None else final
         if f.queued is not None and self._channels.is_waiting(f.queued):
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
                      f.name, event.channel_id)
             self._record("coalesced", f.name, event, dueAt=due, detail="its previous occurrence is still waiting")
+            f.queued.final |= final  # that one is the last now
             return
         occurrence = replace(event, due=_aware(event, due), late=late)
         job = _Job(event.channel_id, event=occurrence, generation=self.schedule.generation(f.name),
-                   sig=f.sig, digest=f.digest, due=due,
-                   final=event.type != "periodic" if final is None else final)
+                   sig=f.sig, digest=f.digest, due=due, final=final)
         outcome = self._put(job)
         if outcome == "queued":
             f.queued = job
-        elif outcome == "full" and job.final:
-            self._delete(f)
+        elif outcome == "full" and final and self._delete(f) and event.type == "periodic":
+            self._record("ended", f.name, event, detail="its last occurrence was discarded: the queue was full")
 
     def _tell(self, notice: Optional[Event]) -> None:
         """A notice to the agent about one of its files (rejected, missed):

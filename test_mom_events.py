@@ -922,6 +922,58 @@ class LanguageTest(unittest.TestCase):
             else:
                 mom_events._next_fire_ts(event, utc(2027, 1, 1).timestamp(), utc(2026, 12, 1).timestamp())
 
+    def test_from_the_adversarial_pass(self):
+        # a year step counts from year 0, as croner's does: */2 is the even years
+        self.assertEqual([f.year for f in fires("0 0 0 1 1 * */2", utc(2025, 1, 1), 3, tz="UTC")], [2026, 2028, 2030])
+        # start and until cannot be wall time: the hint says so
+        with self.assertRaises(EventError) as caught:
+            parse_event(json.dumps({**periodic(), "until": "2027-12-31T23:59:59"}), "p.json")
+        self.assertNotIn("timezone", str(caught.exception))
+        # no whitespace around an interval; leading zeros are fine
+        self.assertEqual(mom_events._interval("00000000001s"), 1)
+        with self.assertRaises(EventError):
+            mom_events._interval(" 90m")
+        # an interval that would run past year 9999 has no occurrence left there
+        d = temp_dir(self, "mom_events_lang_")
+        (d / "far.json").write_text(json.dumps({"type": "periodic", "channelId": "C", "text": "t", "every": "1s",
+                                                "start": "9999-12-30T23:59:58Z"}))
+        ok, line = mom_events._check_line(str(d / "far.json"), "far.json", utc(2027, 1, 1).timestamp())
+        self.assertTrue(ok, line)
+        self.assertNotIn("unexpected", line)
+
+    def test_a_last_occurrence_coalesced_or_discarded_still_ends_the_file(self):
+        h = Harness(self, history=None)
+        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h.start()
+        held = []
+        h.w._channels._spawn = hold(held)  # the channel stays busy: occurrences wait
+        until = datetime.fromtimestamp(h.now + 3.5, timezone.utc).isoformat()
+        h.write("tick.json", {"type": "periodic", "channelId": "C1", "text": "t", "every": "1s",
+                              "start": datetime.fromtimestamp(h.now + 1, timezone.utc).isoformat(), "until": until})
+        h.write("busy.json", immediate("C1", "busy"))
+        h.tick(h.now + 0.1)
+        h.advance(5)  # 1 s, 2 s, 3 s: the first waits, the others coalesce, the last is the last
+        while held:
+            held.pop(0)()
+        h.step(h.now)
+        h.tick(h.now + 0.1)
+        self.assertFalse(h.exists("tick.json"))
+        outcomes = [r["outcome"] for r in read_history(h.dir / ".history.jsonl") if r["filename"] == "tick.json"]
+        self.assertEqual(outcomes[-1], "ended", outcomes)
+
+    def test_catch_up_with_until_runs_the_last_missed_occurrence(self):
+        h = Harness(self, now=utc(2027, 3, 1, 12).timestamp(), history=None)
+        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h.write("p.json", {**periodic("0 * * * *", text="hourly"), "catchUp": True,
+                           "until": "2027-03-01T11:30:00Z"})
+        with self.assertLogs("mom_events", "INFO"):
+            h.w._startup(h.now, (h.now - 7200, True))
+            h.run_workers()
+        self.assertEqual([(e.text, e.late) for _, e in h.fired], [("hourly", 3600.0)])
+        self.assertFalse(h.exists("p.json"))
+        outcomes = [r["outcome"] for r in read_history(h.dir / ".history.jsonl") if r["type"] == "periodic"]
+        self.assertEqual(outcomes, ["missed", "queued", "started", "done", "ended"])
+
     def test_unknown_fields_are_logged_once_per_file(self):
         h = Harness(self)
         h.start()
