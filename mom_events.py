@@ -41,10 +41,11 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 if TYPE_CHECKING:  # imported where used: asyncio alone costs ~10 MB of memory
@@ -134,7 +135,7 @@ _RETRY_DELAYS = (0.1, 0.2, 0.4)
 class EventError(ValueError):
     """A bad event file; ``str()`` is one line naming the file and the reason."""
 
-    def __init__(self, filename: Optional[str], reason: str):
+    def __init__(self, filename: str | None, reason: str):
         if len(reason) > 300:  # every quoting site keeps to an excerpt; this is the backstop
             reason = reason[:300] + "…"
         super().__init__(f"{filename}: {reason}" if filename else reason)
@@ -159,15 +160,15 @@ class Event:
     type: str
     channel_id: str
     text: str
-    at: Optional[str] = None
-    schedule: Optional[str] = None
-    timezone: Optional[str] = None
-    late: Optional[float] = None  # seconds after its due time that it runs, if it runs late
-    due: Optional[datetime] = None
+    at: str | None = None
+    schedule: str | None = None
+    timezone: str | None = None
+    late: float | None = None  # seconds after its due time that it runs, if it runs late
+    due: datetime | None = None
     catch_up: bool = False  # periodic: run once, late, for what fell due while no harness ran
-    every: Optional[str] = None  # periodic: an interval instead of a schedule, as written ("90m")
-    start: Optional[str] = None  # periodic: no occurrence before it (an interval's first)
-    until: Optional[str] = None  # periodic: no occurrence after it
+    every: str | None = None  # periodic: an interval instead of a schedule, as written ("90m")
+    start: str | None = None  # periodic: no occurrence before it (an interval's first)
+    until: str | None = None  # periodic: no occurrence after it
 
     @property
     def message(self) -> str:
@@ -179,7 +180,7 @@ class Event:
         return f"[EVENT:{tag}] {self.text}"
 
 
-def _when(event: Event) -> Optional[str]:
+def _when(event: Event) -> str | None:
     """A one-shot's ``at`` or a periodic event's schedule (``every 90m``), as written."""
     if event.type == "one-shot":
         return event.at
@@ -250,7 +251,7 @@ def _string_field(obj: dict, key: str, filename: str) -> str:
     return value
 
 
-def _check_length(key: str, value: str, filename: Optional[str]) -> None:
+def _check_length(key: str, value: str, filename: str | None) -> None:
     """Refuse a field longer than its ``_MAX_LENGTH``, if it has one."""
     limit = _MAX_LENGTH.get(key)
     if limit is not None and len(value) > limit:
@@ -263,7 +264,7 @@ def _json_type(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _parse_instant(key: str, text: str, filename: Optional[str], zone: Optional[str] = None) -> datetime:
+def _parse_instant(key: str, text: str, filename: str | None, zone: str | None = None) -> datetime:
     """An ISO 8601 date-time field as an aware instant.  Without an offset it
     is an error (the original read it as local time, silently), unless
     ``zone`` is given: then it is wall time there, and an offset given as
@@ -278,7 +279,7 @@ def _parse_instant(key: str, text: str, filename: Optional[str], zone: Optional[
                 raise EventError(filename, f'"{key}" has no UTC offset: {_clip(text)!r} (add one, e.g. +01:00 or '
                                            f'Z, or give "timezone")')
             return _wall_instant(_zone(zone), when)
-        when.astimezone(timezone.utc)
+        when.astimezone(UTC)
     except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0
         raise EventError(filename, f'"{key}" is out of range: {_clip(text)!r}') from None
     if zone is not None:
@@ -290,7 +291,7 @@ def _parse_instant(key: str, text: str, filename: Optional[str], zone: Optional[
 
 
 @lru_cache(maxsize=1024)
-def _at(event_at: str, zone: Optional[str]) -> datetime:
+def _at(event_at: str, zone: str | None) -> datetime:
     """A valid one-shot's instant (its ``at``, read in its ``timezone``)."""
     return _parse_instant("at", event_at, None, zone)
 
@@ -351,7 +352,7 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
         raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
 
 
-def _periodic(obj: dict, filename: str, channel_id: str, text: str, zone: Optional[str]) -> Event:
+def _periodic(obj: dict, filename: str, channel_id: str, text: str, zone: str | None) -> Event:
     if "schedule" in obj and "every" in obj:
         raise EventError(filename, '"schedule" and "every" cannot both be given: one says when it runs')
     catch_up = obj.get("catchUp", False)
@@ -376,7 +377,7 @@ def _periodic(obj: dict, filename: str, channel_id: str, text: str, zone: Option
     return Event(filename, "periodic", channel_id, text, schedule=schedule, **fields)
 
 
-def _optional_string(obj: dict, key: str, filename: str) -> Optional[str]:
+def _optional_string(obj: dict, key: str, filename: str) -> str | None:
     return _string_field(obj, key, filename) if key in obj else None
 
 
@@ -384,7 +385,7 @@ _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _MAX_INTERVAL = 3650 * 86400  # ten years
 
 
-def _interval(every: str, filename: Optional[str] = None) -> int:
+def _interval(every: str, filename: str | None = None) -> int:
     """An interval such as ``90m`` or ``1h30m`` in seconds: whole numbers of
     d, h, m and s, each unit at most once, in that order."""
     rest, total, units = every.strip(), 0, list(_UNITS)
@@ -428,7 +429,7 @@ def _as_written(data: str | bytes) -> dict[str, str]:
             if isinstance(value := obj.get(key), str) and len(value) <= _MAX_LENGTH.get(key, 64)}
 
 
-def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: str) -> Optional[Event]:
+def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: str) -> Event | None:
     """The event that tells the agent, on the channel its file names, that
     the file was rejected, why, and what became of it; None without one."""
     channel = written.get("channelId", "")
@@ -493,7 +494,7 @@ _MACROS = {
 }
 
 
-def _number(text: str) -> Optional[int]:
+def _number(text: str) -> int | None:
     """A whole number written in ASCII digits; None for anything else.  Long
     ones are read only as far as needed: Python refuses to convert 4,300 digits."""
     if not (text.isdigit() and text.isascii()):
@@ -579,7 +580,7 @@ def _month_shape(year: int, month: int) -> tuple[int, int]:
     return (first.weekday() + 1) % 7, length
 
 
-def _nearest_weekday(day: int, first: int, length: int) -> Optional[int]:
+def _nearest_weekday(day: int, first: int, length: int) -> int | None:
     """croner's ``nW``: the Monday to Friday nearest ``day`` without leaving
     its month (a Saturday 1st gives Monday the 3rd, a Sunday last day the
     Friday before); None in a month that has no such day."""
@@ -747,7 +748,7 @@ class _Cron:
                 searched.add(year % 400)
 
     def next_after(self, tz: ZoneInfo, after: datetime) -> datetime:
-        after = after.astimezone(timezone.utc)
+        after = after.astimezone(UTC)
         local = after.astimezone(tz)
         wall = local.replace(tzinfo=None)
         off0, off1 = _offsets(tz, wall)
@@ -765,7 +766,7 @@ class _Cron:
         if self.wildcard:
             candidate = self.match_after(second)
             if candidate < b:
-                repeat = (candidate - off1).replace(tzinfo=timezone.utc)
+                repeat = (candidate - off1).replace(tzinfo=UTC)
                 if after < repeat < best:
                     best = repeat
         return best
@@ -792,7 +793,7 @@ _US = timedelta(microseconds=1)
 
 
 def _utc(naive: datetime) -> datetime:
-    return naive.replace(tzinfo=timezone.utc)
+    return naive.replace(tzinfo=UTC)
 
 
 def _naive(instant: datetime) -> datetime:
@@ -828,7 +829,7 @@ def _transition(tz: ZoneInfo, low: datetime, high: datetime) -> datetime:
             hi = mid
         else:
             lo = mid
-    return datetime.fromtimestamp(hi, timezone.utc)
+    return datetime.fromtimestamp(hi, UTC)
 
 
 @lru_cache(maxsize=1024)
@@ -879,7 +880,7 @@ def _next_fire_ts(event: Event, now: float, mtime: float) -> float:
         after = now if begins is None else max(now, begins - 1e-6)
         try:
             due = _compile_cron(event.schedule).next_after(
-                _zone(event.timezone), datetime.fromtimestamp(after, timezone.utc)).timestamp()
+                _zone(event.timezone), datetime.fromtimestamp(after, UTC)).timestamp()
         except _CronError:
             return math.inf
     ends = _instant(event.until)
@@ -887,7 +888,7 @@ def _next_fire_ts(event: Event, now: float, mtime: float) -> float:
 
 
 @lru_cache(maxsize=1024)
-def _instant(text: Optional[str]) -> Optional[float]:
+def _instant(text: str | None) -> float | None:
     """A valid ``start`` or ``until`` as a POSIX timestamp."""
     return None if text is None else datetime.fromisoformat(text).timestamp()
 
@@ -918,7 +919,7 @@ class _Startup:
     ``misfire_grace`` is the operator's grace for one-shots."""
 
     start: float
-    down_since: Optional[float]
+    down_since: float | None
     stale_before: float
     misfire_grace: float
 
@@ -939,15 +940,15 @@ class _Verdict:
     occurrences (``missed``) and catch up the latest (``catch_up``, late)."""
 
     action: str
-    due: Optional[float] = None
-    late: Optional[float] = None
+    due: float | None = None
+    late: float | None = None
     reason: str = ""
     outcome: str = ""
     missed: int = 0
-    catch_up: Optional[float] = None
+    catch_up: float | None = None
 
 
-def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup]) -> _Verdict:
+def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) -> _Verdict:
     """The fate of a valid ``event`` whose file, modified at ``mtime_ns``, is
     read at ``now``: by a first look (``startup``), or by a harness that was
     running when the file appeared (None; what --check assumes)."""
@@ -985,7 +986,7 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup])
     return _Verdict("drop", due, outcome="missed", reason=f"one-shot was due at {event.at} while no harness was running")
 
 
-def _missed(event: Event, since: float, until: float, mtime: float) -> tuple[int, Optional[float]]:
+def _missed(event: Event, since: float, until: float, mtime: float) -> tuple[int, float | None]:
     """How many occurrences of a periodic event fell due in [since, until)
     (counted up to _MISSED_COUNT), and the latest of them."""
     count, latest, after = 0, None, since - 1e-3
@@ -1015,7 +1016,7 @@ def _missed_notice(event: Event, due: float, startup: _Startup) -> Event:
     return Event(event.filename, "missed", event.channel_id, text, at=event.at)
 
 
-def _aware(event: Event, due: Optional[float]) -> Optional[datetime]:
+def _aware(event: Event, due: float | None) -> datetime | None:
     """An occurrence's due time as the agent reads it: at the one-shot's own
     offset, in the periodic event's timezone."""
     if due is None or math.isinf(due):
@@ -1044,7 +1045,7 @@ class _Entry:
     file (links followed): inode, device, size, mtime, ctime.  Anything else
     has no signature, and ``kind`` says what it is."""
 
-    sig: Optional[tuple]
+    sig: tuple | None
     kind: str = "regular file"
 
     @property
@@ -1064,7 +1065,7 @@ def _describe(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "special file")
 
 
-def _stat_entry(path: str) -> Optional[_Entry]:
+def _stat_entry(path: str) -> _Entry | None:
     """Stat one name without opening it; None when it has vanished."""
     try:
         st = os.stat(path)
@@ -1117,7 +1118,7 @@ class _Diff:
     deleted: list
 
 
-def _diff(old: dict[str, _Entry], seen: dict[str, Optional[_Entry]]) -> _Diff:
+def _diff(old: dict[str, _Entry], seen: dict[str, _Entry | None]) -> _Diff:
     """``seen`` maps the names looked at to what they are now (None: gone)."""
     return _Diff(
         changed=[name for name, entry in seen.items() if entry is not None and old.get(name) != entry],
@@ -1211,10 +1212,10 @@ class _DirectoryLock:
         self.last_alive = self._trace(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n{_TRACE}".encode(), 0)
-        self._fd: Optional[int] = fd
+        self._fd: int | None = fd
 
     @staticmethod
-    def _trace(fd: int) -> Optional[float]:
+    def _trace(fd: int) -> float | None:
         """When the previous holder was last alive; None when unknown."""
         try:
             if os.pread(fd, 256, 0).partition(b"\n")[2] != _TRACE.encode():
@@ -1264,7 +1265,7 @@ class _Scanner:
         self._prefix = os.path.join(directory, "")
         self._snapshot: dict[str, _Entry] = {}
         self._listing: dict[str, int] = {}      # name -> inode, from the last listing
-        self._dir_key: Optional[tuple] = None   # the directory's (dev, inode, mtime) then
+        self._dir_key: tuple | None = None   # the directory's (dev, inode, mtime) then
         self._dir_racy = False                  # listed too soon after its mtime to trust
         self._sweep_names: list[str] = []
         self._sweep_at = 0
@@ -1275,18 +1276,18 @@ class _Scanner:
         self._fresh: dict[str, int] = {}        # name -> digest of content read too soon to trust
         self._warned: dict[str, str] = {}       # non-regular names warned about -> what they were
         self._forgotten: deque[str] = deque()   # names to see as new (appended by any thread)
-        self._trouble: Optional[str] = None
+        self._trouble: str | None = None
         self.came_back = False                  # it could not be looked at for a while: a blind spell
-        self._lock: Optional[_DirectoryLock] = None
-        self._dir_fd: Optional[int] = None
-        self._dir_fd_id: Optional[tuple] = None
+        self._lock: _DirectoryLock | None = None
+        self._dir_fd: int | None = None
+        self._dir_fd_id: tuple | None = None
 
     @property
     def in_trouble(self) -> bool:
         """The directory cannot be looked at now."""
         return self._trouble is not None
 
-    def lock(self) -> Optional[float]:
+    def lock(self) -> float | None:
         """Make the directory if missing and take its lock; returns when its
         previous holder was last alive, if known.  EventError names the
         process that holds it."""
@@ -1337,7 +1338,7 @@ class _Scanner:
         else:
             self._fresh.pop(name, None)
 
-    def scan(self, startup: bool = False) -> Optional[_Changes]:
+    def scan(self, startup: bool = False) -> _Changes | None:
         """Look at the directory as cheaply as the rules allow: one stat of it
         when its mtime says no name was created, deleted or renamed; a listing
         (and a stat of each new or replaced name) when it does, or when that
@@ -1373,7 +1374,7 @@ class _Scanner:
             self._recheck(changes.changed)
         return changes
 
-    def _look(self, startup: bool) -> Optional[dict[str, Optional[_Entry]]]:
+    def _look(self, startup: bool) -> dict[str, _Entry | None] | None:
         """The names looked at and what each is now (None: gone)."""
         dir_st = os.stat(self.directory)
         if not stat.S_ISDIR(dir_st.st_mode):
@@ -1385,7 +1386,7 @@ class _Scanner:
             self._open_dir()
         prefix = self._prefix
         key = (dir_st.st_dev, dir_st.st_ino, dir_st.st_mtime_ns)
-        seen: dict[str, Optional[_Entry]] = {}
+        seen: dict[str, _Entry | None] = {}
         if startup or key != self._dir_key or self._dir_racy or not _FAST_SCAN:
             seen_ns = time.time_ns()
             listing = _list(self.directory)
@@ -1399,7 +1400,7 @@ class _Scanner:
             self._sweep(prefix, seen)
         return seen
 
-    def _sweep(self, prefix: str, seen: dict[str, Optional[_Entry]]) -> None:
+    def _sweep(self, prefix: str, seen: dict[str, _Entry | None]) -> None:
         """Stat the next few known files, round robin, for rewrites in place."""
         self._ticks += 1
         if self._ticks % self._sweep_every:
@@ -1431,7 +1432,7 @@ class _Scanner:
         self._sweep_at = at
         self._stat_cost = 0.7 * self._stat_cost + 0.3 * (time.perf_counter() - started) / count
 
-    def _changes(self, seen: dict[str, Optional[_Entry]]) -> _Changes:
+    def _changes(self, seen: dict[str, _Entry | None]) -> _Changes:
         """Take what was seen into the snapshot; a non-regular entry gets one
         warning until it changes."""
         diff = _diff(self._snapshot, seen)
@@ -1513,7 +1514,7 @@ class _Schedule:
         self._generations = itertools.count(1)
         self._live: dict[str, int] = {}       # name -> its current generation
         self._firing: dict[str, float] = {}   # name -> when its next firing is due
-        self._anchor: Optional[tuple] = None  # (wall, monotonic) at the last wake
+        self._anchor: tuple | None = None  # (wall, monotonic) at the last wake
 
     def renew(self, name: str) -> int:
         """Cancel everything pending for ``name``; returns its new generation."""
@@ -1526,10 +1527,10 @@ class _Schedule:
         self._live.pop(name, None)
         self._firing.pop(name, None)
 
-    def generation(self, name: str) -> Optional[int]:
+    def generation(self, name: str) -> int | None:
         return self._live.get(name)
 
-    def due(self, name: str) -> Optional[float]:
+    def due(self, name: str) -> float | None:
         """When ``name`` fires next, if a firing is scheduled."""
         return self._firing.get(name)
 
@@ -1544,7 +1545,7 @@ class _Schedule:
         if len(self._heap) > 2 * len(self._live) + 64:
             self._compact()
 
-    def next_due(self) -> Optional[tuple[float, str]]:
+    def next_due(self) -> tuple[float, str] | None:
         """The earliest entry's due time and action (it may be dead: waking
         for it early is harmless)."""
         return (self._heap[0][0], self._heap[0][4]) if self._heap else None
@@ -1597,13 +1598,13 @@ class _Job:
     """One run on a channel's queue: an event occurrence or a submitted fn."""
 
     channel: str
-    event: Optional[Event] = None
-    fn: Optional[Callable[[], object]] = None
-    generation: Optional[int] = None  # its file's generation when it was queued
+    event: Event | None = None
+    fn: Callable[[], object] | None = None
+    generation: int | None = None  # its file's generation when it was queued
     final: bool = False               # its file is deleted once it has run
-    sig: Optional[tuple] = None
-    digest: Optional[int] = None
-    due: Optional[float] = None       # the occurrence's due time, for the history
+    sig: tuple | None = None
+    digest: int | None = None
+    due: float | None = None       # the occurrence's due time, for the history
 
 
 @dataclass(eq=False, slots=True)
@@ -1613,8 +1614,8 @@ class _Channel:
 
     id: str
     waiting: deque = field(default_factory=deque)
-    running: Optional[_Job] = None
-    thread: Optional[int] = None      # ident of the thread running its job
+    running: _Job | None = None
+    thread: int | None = None      # ident of the thread running its job
     ready: bool = False
 
 
@@ -1650,7 +1651,7 @@ class _Channels:
     do costs nothing (``_retire``)."""
 
     def __init__(self, perform: Callable[[_Job], None], max_queued: int, on_lost_loop: Callable[[], None]):
-        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._perform = perform
         self._max_queued = max_queued
         self._on_lost_loop = on_lost_loop
@@ -1737,7 +1738,7 @@ class _Channels:
             self._work.notify_all()
             return dropped
 
-    def wait(self, timeout: Optional[float]) -> list[str]:
+    def wait(self, timeout: float | None) -> list[str]:
         """Wait up to ``timeout`` (None: for good) for running jobs; the
         channels still running then.  A job that calls this (a callback
         stopping the watcher) is not waited for."""
@@ -1781,7 +1782,7 @@ class _Channels:
 
     # -- the worker pool ---------------------------------------------------------
 
-    def staff(self) -> Optional[float]:
+    def staff(self) -> float | None:
         """``_staff`` for the scheduler's tick: when to look again, if needed."""
         if not self._ready:  # the idle tick takes no lock
             return None
@@ -1794,7 +1795,7 @@ class _Channels:
             if not (self._idle or self._starting or self._closed):
                 self._start_worker()
 
-    def _staff(self) -> Optional[float]:
+    def _staff(self) -> float | None:
         """Give ready channels a worker: wake an idle one, or start one when
         there is none, or when every worker's callback has run longer than
         _SPAWN_AFTER.  Returns when to look again (monotonic), if needed."""
@@ -1931,12 +1932,12 @@ class _Channels:
 # The history: one JSON line per outcome, for the agent and its operator
 # ---------------------------------------------------------------------------
 
-def _iso(timestamp: Optional[float], timespec: str = "milliseconds") -> Optional[str]:
+def _iso(timestamp: float | None, timespec: str = "milliseconds") -> str | None:
     """A POSIX timestamp in local time with its offset, in UTC where local
     time would leave years 1-9999, or as a number beyond; None stays None."""
     if timestamp is None:
         return None
-    for zone in (None, timezone.utc):
+    for zone in (None, UTC):
         try:
             return datetime.fromtimestamp(timestamp, zone).astimezone(zone).isoformat(timespec=timespec)
         except (OverflowError, ValueError, OSError):
@@ -1958,12 +1959,12 @@ class _History:
     def __init__(self, path):
         self.path = os.fspath(path)
         self._lock = threading.Lock()
-        self._fd: Optional[int] = None
-        self._id: Optional[tuple] = None
+        self._fd: int | None = None
+        self._id: tuple | None = None
         self._broken = False
         self._torn = False  # the file ends in a fragment of a line
 
-    def record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
+    def record(self, outcome: str, filename: str, event: Event | None = None, **fields) -> None:
         """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
         try:
             entry = {"time": _iso(time.time()), "filename": filename,
@@ -2061,12 +2062,12 @@ class _File:
     """What the watcher knows of one event file."""
 
     name: str
-    sig: Optional[tuple] = None
-    digest: Optional[int] = None
-    event: Optional[Event] = None
+    sig: tuple | None = None
+    digest: int | None = None
+    event: Event | None = None
     attempts: int = 0                 # parse retries so far
-    first_look: Optional[_Startup] = None  # found by a first look (start-up, after a blind spell)
-    queued: Optional[_Job] = None     # its last occurrence put on a queue (it may have started since)
+    first_look: _Startup | None = None  # found by a first look (start-up, after a blind spell)
+    queued: _Job | None = None     # its last occurrence put on a queue (it may have started since)
     quiet: bool = False               # its problem was logged; silent until it changes
     ignored: set[str] = field(default_factory=set)  # unknown fields said in the log
     spent: bool = False               # ran or was dropped, but could not be deleted
@@ -2088,7 +2089,7 @@ class _Files:
     history lines and reports the finished run through ``_finished``, which
     the writer takes in (``settle``)."""
 
-    def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: Optional[_History],
+    def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: _History | None,
                  handler: Callable, on_error: Callable, max_queued: int, notify: bool):
         self.directory = directory
         self.schedule = _Schedule()
@@ -2102,7 +2103,7 @@ class _Files:
         self._notify = notify
         self._finished: deque[_Job] = deque()  # appended by workers, taken in by the writer
 
-    def apply(self, changes: _Changes, now: float, first_look: Optional[_Startup] = None) -> None:
+    def apply(self, changes: _Changes, now: float, first_look: _Startup | None = None) -> None:
         """Act on what a scan found, each file on its own; ``first_look``: the
         scan was the first look at the directory in a while."""
         for name in changes.deleted:
@@ -2133,7 +2134,7 @@ class _Files:
             job = self._finished.popleft()
             self._guarded(job.event.filename, self._delete_after_run, job)
 
-    def _changed(self, name: str, sig: tuple, now: float, first_look: Optional[_Startup] = None) -> None:
+    def _changed(self, name: str, sig: tuple, now: float, first_look: _Startup | None = None) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
         f = self._known.get(name)
         if f is None:
@@ -2192,7 +2193,7 @@ class _Files:
             return
         self._invalid(f, exc.reason, data)
 
-    def _invalid(self, f: _File, reason: str, data: Optional[bytes] = None) -> None:
+    def _invalid(self, f: _File, reason: str, data: bytes | None = None) -> None:
         """Give up on the file: it is not an event the harness can run.  It is
         kept, unchanged, as NAME.json.rejected for the agent to fix and move
         back (deleted if it cannot be renamed), and the agent is told on the
@@ -2215,7 +2216,7 @@ class _Files:
         except OSError as exc:
             log.error("%s: %s; cannot rename it to %s (%s), so deleting it",
                       f.name, reason, rejected, exc.strerror or exc)
-            fate: Optional[str] = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
+            fate: str | None = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
             if not self._unlink_taken(f, taken):
                 fate = None  # it said why; it never runs in this process
         else:
@@ -2284,8 +2285,8 @@ class _Files:
                 self.schedule.push(f.name, after)
         self._enqueue(f, due, now - due if now - due >= _LATE else None, final)  # late: the clock stepped, or it slept
 
-    def _enqueue(self, f: _File, due: Optional[float], late: Optional[float] = None,
-                 final: Optional[bool] = None) -> None:
+    def _enqueue(self, f: _File, due: float | None, late: float | None = None,
+                 final: bool | None = None) -> None:
         """Put an occurrence of the file's event, due at ``due``, on its
         channel's queue, unless the previous one still waits there.  After
         the ``final`` one has run, the file is deleted."""
@@ -2305,7 +2306,7 @@ class _Files:
         elif outcome == "full" and job.final:
             self._delete(f)
 
-    def _tell(self, notice: Optional[Event]) -> None:
+    def _tell(self, notice: Event | None) -> None:
         """A notice to the agent about one of its files (rejected, missed):
         on the channel the file names, unless notices are turned off."""
         if notice is not None and self._notify:
@@ -2325,7 +2326,7 @@ class _Files:
                          detail=f"{self._max_queued} events already waiting on the channel")
         return outcome
 
-    def _cancel(self, f: _File, why: Optional[str] = None) -> None:
+    def _cancel(self, f: _File, why: str | None = None) -> None:
         """Kill its schedule entries and its occurrence waiting in a queue;
         with ``why``, what was pending goes to the history as cancelled."""
         due = self.schedule.due(f.name)
@@ -2336,7 +2337,7 @@ class _Files:
         self.schedule.renew(f.name)
         f.queued = None
 
-    def _forget(self, name: str, why: Optional[str] = None) -> None:
+    def _forget(self, name: str, why: str | None = None) -> None:
         """The file is gone (or is no longer a regular file)."""
         f = self._known.pop(name, None)
         if f is not None:
@@ -2364,7 +2365,7 @@ class _Files:
         if finished and job.final:
             self._finished.append(job)
 
-    def _execute(self, job: _Job) -> tuple[bool, Optional[str]]:
+    def _execute(self, job: _Job) -> tuple[bool, str | None]:
         """Run the handler; whatever it raises goes to on_error, never further.
         Returns whether it ran to its end (not when cut short at shutdown:
         then its file stays) and what went wrong, in one line, if anything."""
@@ -2394,7 +2395,7 @@ class _Files:
             if self._delete(f, job.sig, job.digest) and job.event.type == "periodic":
                 self._record("ended", f.name, event, detail="its last occurrence has run")
 
-    def _delete(self, f: _File, sig: Optional[tuple] = None, digest: Optional[int] = None) -> bool:
+    def _delete(self, f: _File, sig: tuple | None = None, digest: int | None = None) -> bool:
         """Delete the file judged (``sig`` and ``digest``; by default, what
         was read last).  False when it cannot be deleted: logged once, and it
         never runs again in this process."""
@@ -2404,7 +2405,7 @@ class _Files:
             return self._undeletable(f, exc)
         return taken is None or self._unlink_taken(f, taken)
 
-    def _take(self, f: _File, sig: tuple, digest: Optional[int]) -> Optional[str]:
+    def _take(self, f: _File, sig: tuple, digest: int | None) -> str | None:
         """Act on the file judged, not on whatever has its name now: check
         that the name still holds it (its whole signature; its content too
         while its mtime is too recent to trust), move it to a private name (a
@@ -2435,7 +2436,7 @@ class _Files:
         return None
 
     @staticmethod
-    def _still(path: str, sig: tuple, digest: Optional[int]) -> bool:
+    def _still(path: str, sig: tuple, digest: int | None) -> bool:
         """Does ``path`` still hold the file judged?"""
         st = os.stat(path)
         if _signature(st) != sig:
@@ -2485,7 +2486,7 @@ class _Files:
         self._forget(name)
         self._scanner.forget(name)
 
-    def _record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
+    def _record(self, outcome: str, filename: str, event: Event | None = None, **fields) -> None:
         """History, if kept; costs one call when not (it runs on the firing path)."""
         if self.history is not None:
             self.history.record(outcome, filename, event, **fields)
@@ -2518,11 +2519,11 @@ class EventsWatcher:
     """
 
     def __init__(self, events_dir, handler: Callable[[Event], object],
-                 on_error: Optional[Callable[[Event, BaseException], object]] = None,
+                 on_error: Callable[[Event, BaseException], object] | None = None,
                  poll_interval: float = 0.04, max_queued: int = 5,
                  clock: Callable[[], float] = time.time,
-                 loop: Optional[asyncio.AbstractEventLoop] = None, history=None, misfire_grace: float = 0,
-                 on_halt: Optional[Callable[[str], object]] = None, standby: bool = False,
+                 loop: asyncio.AbstractEventLoop | None = None, history=None, misfire_grace: float = 0,
+                 on_halt: Callable[[str], object] | None = None, standby: bool = False,
                  notify: bool = True, notify_rejected: bool = True):
         if not callable(handler):
             raise TypeError("handler must be callable")
@@ -2547,11 +2548,11 @@ class EventsWatcher:
                              handler, on_error or _log_error, max_queued, notify and notify_rejected)
         self._schedule = self._files.schedule
         self._misfire_grace = misfire_grace
-        self._first_look: Optional[_Startup] = None  # until a look at the directory succeeds
-        self._looked_at: Optional[float] = None      # the last time one did
+        self._first_look: _Startup | None = None  # until a look at the directory succeeds
+        self._looked_at: float | None = None      # the last time one did
         self._life = threading.RLock()  # start() and the beginning of the end, one at a time
-        self._thread: Optional[threading.Thread] = None  # the scheduler (or standby) thread
-        self._closer: Optional[threading.Thread] = None  # the last writer: lets the directory go
+        self._thread: threading.Thread | None = None  # the scheduler (or standby) thread
+        self._closer: threading.Thread | None = None  # the last writer: lets the directory go
         self._wake = threading.Event()  # set when stopping: a standby's wait ends at once
         self._stopping = False
         self._standby = standby
@@ -2559,7 +2560,7 @@ class EventsWatcher:
 
     # -- public API ---------------------------------------------------------
 
-    def start(self) -> "EventsWatcher":
+    def start(self) -> EventsWatcher:
         """Take the directory's lock, scan it, act on what is there, and start
         the scheduler thread.  Returns once the start-up scan is done.  Raises
         EventError naming the process when another harness watches it."""
@@ -2623,7 +2624,7 @@ class EventsWatcher:
             self._closer.join(max(deadline - time.monotonic(), 2 * _NAP))
         return busy
 
-    def __enter__(self) -> "EventsWatcher":
+    def __enter__(self) -> EventsWatcher:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
@@ -2635,7 +2636,7 @@ class EventsWatcher:
         import asyncio
         return await asyncio.to_thread(self.stop, timeout)
 
-    async def __aenter__(self) -> "EventsWatcher":
+    async def __aenter__(self) -> EventsWatcher:
         import asyncio
         if self._channels.loop is None:
             self._channels.loop = asyncio.get_running_loop()
@@ -2647,7 +2648,7 @@ class EventsWatcher:
 
     # -- the scheduler thread -----------------------------------------------
 
-    def _startup(self, now: float, down_since: Optional[float], waiting_since: Optional[float] = None) -> None:
+    def _startup(self, now: float, down_since: float | None, waiting_since: float | None = None) -> None:
         """The start-up: every start is a takeover from a harness last alive
         at ``down_since`` (None: unknown; then an immediate written before
         the start, or before a standby began waiting, is stale)."""
@@ -2680,7 +2681,7 @@ class EventsWatcher:
             self._run()
             return
 
-    def _tick(self, now: float, poll: bool = True) -> Optional[tuple[float, str]]:
+    def _tick(self, now: float, poll: bool = True) -> tuple[float, str] | None:
         """One step of the scheduler on wall-clock ``now``: take in the runs
         that finished, look at the directory (if ``poll``), fire or read again
         what is due.  Returns the next entry's due time and action, if any.
@@ -2794,7 +2795,7 @@ class EventsWatcher:
 # ---------------------------------------------------------------------------
 
 
-def _host_timezone() -> Optional[str]:
+def _host_timezone() -> str | None:
     """The host's IANA timezone name, from ``TZ``, ``/etc/localtime`` or
     ``/etc/timezone``; None when none of them names one."""
     candidates = [os.environ.get("TZ", "").removeprefix(":"),
@@ -2946,7 +2947,7 @@ def _check_command() -> str:
     return f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))}"
 
 
-def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Optional[str] = None,
+def events_prompt(events_dir, timezone: str | None = None, channel_id: str | None = None,
                   history=None) -> str:
     """A Markdown section for an agent's system prompt that teaches it to
     schedule, inspect and cancel its own events.  ``timezone`` is the one the
@@ -3142,7 +3143,7 @@ class _Commands:
     as systemd does with a service's control group.  A program meant to
     outlive its run starts a session of its own (setsid)."""
 
-    def __init__(self, command: str, timeout: Optional[float]):
+    def __init__(self, command: str, timeout: float | None):
         self.command = command
         self.timeout = timeout
         self._lock = threading.Lock()
@@ -3202,7 +3203,7 @@ class _Commands:
             if locked:
                 self._lock.release()
 
-    def _supervise(self, proc: subprocess.Popen, event: Event) -> Optional[str]:
+    def _supervise(self, proc: subprocess.Popen, event: Event) -> str | None:
         """Feed stdin, log output and enforce the deadline until the run's
         group is gone, or has outlived SIGKILL by _KILL_WAIT s (logged).
         Returns None, "timeout" or "shutdown" (why we killed it)."""
@@ -3377,7 +3378,7 @@ def _check_rejected(path: str, name: str, now: float) -> str:
     return f"{name}: rejected: {verdict}; fix it, then mv it back to {original} (or rm it)"
 
 
-def _check(path: str, history: Optional[str] = None) -> int:
+def _check(path: str, history: str | None = None) -> int:
     """--check: one line per event file and per rejected file of a directory,
     or for one file of any name (a draft); 0 when every one will run.  With a
     history, each line also says the file's last outcome."""
@@ -3443,7 +3444,7 @@ def _timezone_name(text: str) -> str:
     return text
 
 
-def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="mom_events",
         description="Watch a directory of JSON event files and print each event when it is due.")
@@ -3498,7 +3499,7 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     stderr = logging.StreamHandler(sys.stderr)

@@ -21,7 +21,7 @@ import textwrap
 import threading
 import time
 import unittest
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from unittest import mock
 from zoneinfo import ZoneInfo
@@ -39,7 +39,7 @@ def immediate(channel="C1", text="ping"):
 
 def one_shot(at, channel="C1", text="remind"):
     if isinstance(at, (int, float)):
-        at = datetime.fromtimestamp(at, timezone.utc).isoformat()
+        at = datetime.fromtimestamp(at, UTC).isoformat()
     return {"type": "one-shot", "channelId": channel, "text": text, "at": at}
 
 
@@ -218,7 +218,7 @@ class ParseEventTest(unittest.TestCase):
 
 
 def utc(*args):
-    return datetime(*args, tzinfo=timezone.utc)
+    return datetime(*args, tzinfo=UTC)
 
 
 def vienna(*args, fold=0):
@@ -334,7 +334,7 @@ class DaylightSavingTest(unittest.TestCase):
 
     def test_fixed_time_in_the_repeated_hour_runs_on_the_first_pass_only(self):
         runs = fires("30 2 * * *", vienna(2025, 10, 25, 12), 2)
-        self.assertEqual([r.astimezone(timezone.utc) for r in runs], [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)])
+        self.assertEqual([r.astimezone(UTC) for r in runs], [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)])
 
     def test_fixed_time_after_the_first_pass_waits_for_tomorrow(self):
         # 02:40 on the second pass: 02:30 already ran on the first pass
@@ -347,12 +347,12 @@ class DaylightSavingTest(unittest.TestCase):
 
     def test_wildcard_job_keeps_real_spacing_through_both_passes(self):
         runs = fires("*/30 * * * *", vienna(2025, 10, 26, 1, 10), 7)
-        instants = [r.astimezone(timezone.utc) for r in runs]
+        instants = [r.astimezone(UTC) for r in runs]
         self.assertEqual(instants, [utc(2025, 10, 25, 23, 30) + timedelta(minutes=30 * i) for i in range(7)])
 
     def test_hourly_runs_twice_in_the_repeated_hour(self):
         runs = fires("0 * * * *", vienna(2025, 10, 26, 1, 10), 3)
-        self.assertEqual([r.astimezone(timezone.utc) for r in runs],
+        self.assertEqual([r.astimezone(UTC) for r in runs],
                          [utc(2025, 10, 26, 0), utc(2025, 10, 26, 1), utc(2025, 10, 26, 2)])
 
     def test_from_inside_each_pass(self):
@@ -379,13 +379,13 @@ class DaylightSavingTest(unittest.TestCase):
                     got = []
                     while len(got) < len(expected):
                         after = next_fire(schedule, zone_name, after)
-                        got.append(after.astimezone(timezone.utc))
+                        got.append(after.astimezone(UTC))
                     self.assertEqual(got, expected)
                     # and from every minute in between, the next answer is the next expected one
                     probe = expected[0]
                     while probe < expected[-1]:
                         want = next(x for x in expected if x > probe)
-                        got = next_fire(schedule, zone_name, probe).astimezone(timezone.utc)
+                        got = next_fire(schedule, zone_name, probe).astimezone(UTC)
                         self.assertEqual(got, want, probe)
                         probe += timedelta(minutes=7, seconds=13)
 
@@ -394,7 +394,7 @@ def _brute_force(tz, start, minutes, hours, wildcard):
     """Runs for two local days from naive ``start``, by the stated rules."""
     runs = set()
     if wildcard:  # every real minute whose local time matches
-        t = start.replace(tzinfo=tz).astimezone(timezone.utc)
+        t = start.replace(tzinfo=tz).astimezone(UTC)
         for _ in range(48 * 60):
             local = t.astimezone(tz)
             if local.minute in minutes and local.hour in hours:
@@ -408,14 +408,14 @@ def _brute_force(tz, start, minutes, hours, wildcard):
                 if first.utcoffset() < wall.replace(tzinfo=tz, fold=1).utcoffset():  # in the gap
                     runs.add(_first_after_gap(tz, wall))
                 else:
-                    runs.add(first.astimezone(timezone.utc))
+                    runs.add(first.astimezone(UTC))
             wall += timedelta(minutes=1)
     return sorted(runs)
 
 
 def _first_after_gap(tz, wall):
     """The first real minute whose local time is past the gap holding ``wall``."""
-    t = wall.replace(tzinfo=tz, fold=1).astimezone(timezone.utc)  # an instant before the gap
+    t = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)  # an instant before the gap
     while t.astimezone(tz).replace(tzinfo=None) < wall:
         t += timedelta(minutes=1)
     return t
@@ -466,7 +466,7 @@ def _ref_field(text, name, low, high, names):
     return values, marks
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ref_month(year, month):
     """The month's dates, and its Monday-to-Friday day numbers."""
     first = date(year, month, 1)
@@ -526,7 +526,7 @@ def _ref_next(schedule, zone, after, years=6):
                 else:  # in a gap: skipped, or once at the gap's end
                     instants = [] if wildcard else [_first_after_gap(tz, wall)]
                 for instant in instants:
-                    instant = instant.astimezone(timezone.utc)
+                    instant = instant.astimezone(UTC)
                     if instant > after and (best is None or instant < best):
                         best = instant
                 if best is not None and wall - timedelta(hours=3) > best.astimezone(tz).replace(tzinfo=None):
@@ -590,7 +590,7 @@ class CronReferenceTest(unittest.TestCase):
     def check(self, schedule, zone, after):
         expected = _ref_next(schedule, zone, after)
         try:
-            got = next_fire(schedule, zone, after).astimezone(timezone.utc)
+            got = next_fire(schedule, zone, after).astimezone(UTC)
         except EventError as exc:
             if expected is not None:
                 self.fail(f"{schedule!r} in {zone} after {after}: {exc}, expected {expected}")
@@ -605,7 +605,7 @@ class CronReferenceTest(unittest.TestCase):
         base = utc(2025, 1, 1).timestamp()
         for _ in range(2000):
             schedule, zone = _random_schedule(rng), rng.choice(self.ZONES)
-            after = datetime.fromtimestamp(base + rng.uniform(0, 3 * 365 * 86400) // 60 * 60, timezone.utc)
+            after = datetime.fromtimestamp(base + rng.uniform(0, 3 * 365 * 86400) // 60 * 60, UTC)
             if rng.random() < 0.3:  # just before a transition of the zone
                 tz = ZoneInfo(zone)
                 probe = after
@@ -701,7 +701,7 @@ class CronDialectTest(unittest.TestCase):
         base = utc(2025, 1, 1).timestamp()
         for _ in range(1000):
             schedule, zone = _random_dialect_schedule(rng), rng.choice(CronReferenceTest.ZONES)
-            after = datetime.fromtimestamp(base + rng.uniform(0, 4 * 365 * 86400) // 60 * 60, timezone.utc)
+            after = datetime.fromtimestamp(base + rng.uniform(0, 4 * 365 * 86400) // 60 * 60, UTC)
             with self.subTest(schedule=schedule, zone=zone, after=after):
                 self.check(schedule, zone, after)
 
@@ -894,7 +894,7 @@ class LanguageTest(unittest.TestCase):
             h.start()
             self.assertFalse(h.exists("done.json"))  # nothing left: deleted at once
             h.advance(86400 * 5)
-        self.assertEqual([datetime.fromtimestamp(t, timezone.utc).day for t, e in h.fired], [3, 4])
+        self.assertEqual([datetime.fromtimestamp(t, UTC).day for t, e in h.fired], [3, 4])
         self.assertFalse(h.exists("mon.json"))  # after its last occurrence
         ended = [r["filename"] for r in read_history(h.dir / ".history.jsonl") if r["outcome"] == "ended"]
         self.assertEqual(sorted(ended), ["done.json", "mon.json"])
@@ -1013,7 +1013,7 @@ class FuzzTest(unittest.TestCase):
             self.assertIn("out of range", str(caught.exception))
         # the last representable minute: no next time, said as an EventError
         with self.assertRaises(EventError):
-            next_fire("* * * * *", "UTC", datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc))
+            next_fire("* * * * *", "UTC", datetime(9999, 12, 31, 23, 59, tzinfo=UTC))
 
 
 # ---------------------------------------------------------------------------
@@ -2718,7 +2718,7 @@ class CheckTest(CliCase):
         self.assertRegex(by_name["old.json"], r'^one-shot on channel C2: "at" 2001-01-01T09:00:00\+01:00 is \d{4} '
                                               r"days in the past \(it is now [-\d]{10}T[:\d]{8}\+01:00\); "
                                               r"it will not run$")
-        times, after = [], datetime.now(timezone.utc)  # next three, in the event's own timezone
+        times, after = [], datetime.now(UTC)  # next three, in the event's own timezone
         for _ in range(3):
             after = next_fire("0 9 * * *", "Europe/Vienna", after)
             times.append(after.isoformat(timespec="seconds"))
@@ -3120,7 +3120,7 @@ class DowntimeCliTest(CliCase):
         self.assertEqual(sorted(lines), ["o.json", "q0.json", "q1.json", "q2.json", "q3.json"])
         self.assertGreater(lines["o.json"]["late"], 0.2)
         self.assertEqual(datetime.fromisoformat(lines["o.json"]["dueAt"]).timestamp(),
-                         datetime.fromtimestamp(due, timezone.utc).timestamp())
+                         datetime.fromtimestamp(due, UTC).timestamp())
 
     def test_a_restart_after_a_clean_stop_runs_what_was_waiting(self):
         old = self.serve("--exec", "cat >/dev/null; sleep 30", "--grace", "0.5")
@@ -3169,7 +3169,7 @@ class StandbyTest(CliCase):
     """Two replicas, one harness: a standby takes over when the active one dies."""
 
     def test_the_standby_takes_over_within_a_second_of_sigkill_and_loses_nothing(self):
-        future = datetime.fromtimestamp(time.time() + 30, timezone.utc).isoformat()
+        future = datetime.fromtimestamp(time.time() + 30, UTC).isoformat()
         self.put("later.json", one_shot(future, text="later"))  # neither has run it yet
         self.put("tick.json", periodic("0 0 1 1 *", text="yearly"))
         active = self.serve()
@@ -3185,7 +3185,7 @@ class StandbyTest(CliCase):
         active.finish()
         # written and due while no harness holds the directory
         self.put("during.json", immediate(text="during"))
-        self.put("due.json", one_shot(datetime.fromtimestamp(time.time() - 0.5, timezone.utc).isoformat(),
+        self.put("due.json", one_shot(datetime.fromtimestamp(time.time() - 0.5, UTC).isoformat(),
                                       text="due"))
         standby.wait_err("took over")
         self.assertLess(time.monotonic() - killed, 1.0)
@@ -4081,7 +4081,7 @@ class ChurnTest(unittest.TestCase):
             return immediate(channel, text)
         if kind == "one-shot":
             at = now + rng.choice([-30, 0.5, 3, 40, 200]) + rng.random()
-            return one_shot(datetime.fromtimestamp(at, timezone.utc).isoformat(), channel, text)
+            return one_shot(datetime.fromtimestamp(at, UTC).isoformat(), channel, text)
         return periodic(rng.choice(["* * * * *", "*/2 * * * *"]), channel, text)
 
     def run_seed(self, seed, steps=120):
@@ -4304,7 +4304,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(runs, ["job.json"])
 
     def test_a_stopped_watcher_refuses_to_start_and_touches_nothing(self):
-        past = datetime.fromtimestamp(time.time() - 60, timezone.utc).isoformat()
+        past = datetime.fromtimestamp(time.time() - 60, UTC).isoformat()
         put(self.dir, "old.json", one_shot(past))
         w = EventsWatcher(self.dir, lambda e: None)
         w.stop()
@@ -4562,7 +4562,7 @@ class MidWriteFuzzTest(unittest.TestCase):
             due = start
             if kind == "one-shot":
                 due = start + rng.uniform(0.2, 3.0)
-                content["at"] = datetime.fromtimestamp(due, timezone.utc).isoformat()
+                content["at"] = datetime.fromtimestamp(due, UTC).isoformat()
             if rng.random() < 0.35:  # invalid: a field missing, or an "at" without offset
                 if kind == "one-shot" and rng.random() < 0.5:
                     content["at"] = content["at"][:-6]
@@ -4635,7 +4635,7 @@ class DowntimeTest(unittest.TestCase):
         ran = {e.text: e for _, e in h.fired if e.type == "one-shot"}
         self.assertEqual(sorted(ran), ["grace", "hung"])
         self.assertAlmostEqual(ran["hung"].late, 630, delta=0.01)
-        self.assertEqual(ran["hung"].due, datetime.fromtimestamp(h.down_since - 30, timezone.utc))
+        self.assertEqual(ran["hung"].due, datetime.fromtimestamp(h.down_since - 30, UTC))
         self.assertRegex(ran["grace"].message, r"\] \(late by 4 s\) grace$")
         notices = [e for _, e in h.fired if e.type == "missed"]
         self.assertEqual([(e.filename, e.channel_id) for e in notices], [("missed.json", "C2")])
@@ -4671,7 +4671,7 @@ class DowntimeTest(unittest.TestCase):
         with self.assertLogs("mom_events", "INFO") as logs:
             self.start(h)
         self.assertEqual([(e.filename, e.late, e.due) for _, e in h.fired],
-                         [("fast.json", 1.0, datetime.fromtimestamp(h.now - 1, timezone.utc))])
+                         [("fast.json", 1.0, datetime.fromtimestamp(h.now - 1, UTC))])
         self.assertRegex(h.fired[0][1].message, r"^\[EVENT:fast\.json:periodic:\* \* \* \* \* \*\] \(late by 1 s\) ")
         self.assertIn("slow.json: 10 occurrences fell due while no harness was running", "\n".join(logs.output))
         self.assertIn("fast.json: 10 occurrences fell due while no harness was running; running the latest now",

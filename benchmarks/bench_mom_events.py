@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,7 +245,7 @@ def cli_lateness(count: int) -> tuple[list[float], int]:
         dues = {}
         for i in range(count):
             due = base + i * 0.15 + (i % 7) * 0.0123
-            at = datetime.fromtimestamp(due, timezone.utc).isoformat()
+            at = datetime.fromtimestamp(due, UTC).isoformat()
             dues[f"os-{i:03d}.json"] = due
             write_atomic(directory / f"os-{i:03d}.json",
                          {"type": "one-shot", "channelId": f"O{i % 4}", "text": "due", "at": at})
@@ -297,7 +297,7 @@ def inprocess_lateness(count: int) -> tuple[list[float], int]:
         for i in range(count):
             due = base + i * 0.1 + (i % 7) * 0.0123
             dues[f"ip-{i:03d}.json"] = due
-            at = datetime.fromtimestamp(due, timezone.utc).isoformat()
+            at = datetime.fromtimestamp(due, UTC).isoformat()
             write_atomic(directory / f"ip-{i:03d}.json",
                          {"type": "one-shot", "channelId": f"I{i % 4}", "text": "due", "at": at})
         deadline = time.time() + 30
@@ -337,7 +337,7 @@ def burst(files: int, channels: int) -> tuple[float, int]:
     directory = fresh_dir()
     try:
         due = float(int(time.time()) + 8)
-        at = datetime.fromtimestamp(due, timezone.utc).isoformat()
+        at = datetime.fromtimestamp(due, UTC).isoformat()
         for i in range(files):
             (directory / f"b-{i:05d}.json").write_text(json.dumps(
                 {"type": "one-shot", "channelId": f"B{i % channels}", "text": f"burst {i}", "at": at}))
