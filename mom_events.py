@@ -956,7 +956,8 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
         # Only a first look judges staleness: a file that appears later
         # always runs, whatever mtime mv or cp -p gave it.
         if startup is not None and startup.stale(mtime_ns):
-            return _Verdict("drop", outcome="stale", reason="immediate event written while no harness was running (stale)")
+            return _Verdict("drop", outcome="stale",
+                            reason="immediate event written while no harness was running (stale)")
         return _Verdict("run")
     if event.type == "periodic":
         due = _next_fire_ts(event, now, mtime_ns / 1e9)
@@ -979,11 +980,13 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
         if due < startup.down_since:
             return _Verdict("run", due, now - due, f"one-shot was due at {event.at}, while a harness was running")
         if startup.start - due <= _TAKEOVER_GRACE:
-            return _Verdict("run", due, now - due, f"one-shot was due at {event.at}, just before this harness took over")
+            return _Verdict("run", due, now - due,
+                            f"one-shot was due at {event.at}, just before this harness took over")
     if startup.misfire_grace > 0 and now - due <= startup.misfire_grace:
         return _Verdict("run", due, now - due,
                         f"one-shot was due at {event.at}, {now - due:.0f} s before start-up (misfire grace)")
-    return _Verdict("drop", due, outcome="missed", reason=f"one-shot was due at {event.at} while no harness was running")
+    return _Verdict("drop", due, outcome="missed",
+                    reason=f"one-shot was due at {event.at} while no harness was running")
 
 
 def _missed(event: Event, since: float, until: float, mtime: float) -> tuple[int, float | None]:
@@ -1625,7 +1628,8 @@ class _Interrupted(Exception):
 
 
 def _is_async(fn) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    # B004 is about testing callability; this reads an instance's __call__ to see whether it is async.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
 async def _awaited(awaitable):
@@ -1767,9 +1771,9 @@ class _Channels:
         """Forget a channel with nothing running, waiting or ready; the next
         job for its ID makes it anew.  A ready one is left to the worker that
         takes it from the ready queue, so that one ID never has two."""
-        if channel.running is None and not channel.waiting and not channel.ready:
-            if self._queues.get(channel.id) is channel:
-                del self._queues[channel.id]
+        if (channel.running is None and not channel.waiting and not channel.ready
+                and self._queues.get(channel.id) is channel):
+            del self._queues[channel.id]
 
     def _kick(self, channel: _Channel) -> None:
         """A job waits on the channel: make it ready, unless one of its jobs

@@ -334,7 +334,8 @@ class DaylightSavingTest(unittest.TestCase):
 
     def test_fixed_time_in_the_repeated_hour_runs_on_the_first_pass_only(self):
         runs = fires("30 2 * * *", vienna(2025, 10, 25, 12), 2)
-        self.assertEqual([r.astimezone(UTC) for r in runs], [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)])
+        self.assertEqual([r.astimezone(UTC) for r in runs],
+                         [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)])
 
     def test_fixed_time_after_the_first_pass_waits_for_tomorrow(self):
         # 02:40 on the second pass: 02:30 already ran on the first pass
@@ -500,7 +501,7 @@ def _ref_next(schedule, zone, after, years=6):
     texts[5] = texts[5].lstrip("+")
     texts = [text.replace("?", "*") for text in texts]
     (seconds, _), (minutes, _), (hours, _), (doms, dom_marks), (months, _), (dows, dow_marks) = (
-        _ref_field(text, *spec) for text, spec in zip(texts, _REF_FIELDS))
+        _ref_field(text, *spec) for text, spec in zip(texts, _REF_FIELDS, strict=False))
     in_years = range(1, 10000) if texts[6] == "*" else _ref_field(texts[6], *_REF_YEAR)[0]
     either = not plus and not texts[3].startswith("*") and not texts[5].startswith("*")
     wildcard = texts[1].startswith("*") or texts[2].startswith("*")
@@ -856,8 +857,8 @@ class LanguageTest(unittest.TestCase):
         for name, content in files.items():
             (d / name).write_text(json.dumps(content))
             lines[name] = mom_events._check_line(str(d / name), name, now)
-        self.assertEqual(lines["wall.json"], (True, "wall.json: ok: one-shot on channel C1, at 2027-03-28T03:00:00+02:00 "
-                                                    "(in 27 days)"))
+        self.assertEqual(lines["wall.json"],
+                         (True, "wall.json: ok: one-shot on channel C1, at 2027-03-28T03:00:00+02:00 (in 27 days)"))
         self.assertTrue(lines["typo.json"][0])
         self.assertTrue(lines["typo.json"][1].endswith('; unknown field "untl" is ignored'))
         self.assertIn("runs on days matching either field", lines["either.json"][1])
@@ -903,8 +904,8 @@ class LanguageTest(unittest.TestCase):
         rng = random.Random(21)
         pieces = ["90m", "1h30m", "0s", "1d", "x", "", " 5m", "5m ", "1h1h", "99999999999s", "2027-03-28T02:30:00",
                   "2027-03-28T02:30:00+01:00", "2027-03-28T12:00:00Z", "9999-12-31T23:59:59+14:00",
-                  "0001-01-01T00:00:00+01:00", "0001-01-01T00:30:00", "9999-12-31T23:59:59", "Europe/Vienna", "UTC", "Nowhere/Else", "\x00", "\u2028", 5, None,
-                  True, [], {}, 1e308]
+                  "0001-01-01T00:00:00+01:00", "0001-01-01T00:30:00", "9999-12-31T23:59:59", "Europe/Vienna", "UTC",
+                  "Nowhere/Else", "\x00", "\u2028", 5, None, True, [], {}, 1e308]
         keys = ["every", "start", "until", "timezone", "at", "schedule", "catchUp", "untl"]
         for _ in range(3000):
             content = {"type": rng.choice(["one-shot", "periodic"]), "channelId": "C", "text": "t"}
@@ -2586,8 +2587,8 @@ class SupervisionTest(CliCase):
     def test_daemons_started_with_setsid_f_all_survive_their_runs(self):
         cli = self.serve("--exec", _EVAL_TEXT)
         for i in range(30):
-            self.put(f"d{i}.json", immediate(f"C{i % 10}", f"setsid -f sh -c 'echo $$ >> \"{self.kept}\"; exec sleep 60'"
-                                              " >/dev/null 2>&1"))
+            command = f"setsid -f sh -c 'echo $$ >> \"{self.kept}\"; exec sleep 60' >/dev/null 2>&1"
+            self.put(f"d{i}.json", immediate(f"C{i % 10}", command))
         self.assertTrue(wait_for(lambda: self.kept.exists() and len(self.kept.read_text().split()) == 30, 20))
         self.assertTrue(wait_for(lambda: not list(self.events.glob("d*.json")), 10))
         time.sleep(0.5)
@@ -3189,8 +3190,8 @@ class StandbyTest(CliCase):
                                       text="due"))
         standby.wait_err("took over")
         self.assertLess(time.monotonic() - killed, 1.0)
-        self.assertTrue(wait_for(lambda: sum("during" in l for l in standby.out) == 1
-                                 and sum("] (late by" in l and "due" in l for l in standby.out) == 1, 5))
+        self.assertTrue(wait_for(lambda: sum("during" in line for line in standby.out) == 1
+                                 and sum("] (late by" in line and "due" in line for line in standby.out) == 1, 5))
         time.sleep(0.3)
         lines = standby.out
         self.assertFalse(any("before" in line for line in lines), lines)  # what ran does not run again
@@ -3419,7 +3420,7 @@ class OneLineOutputTest(unittest.TestCase):
         self.assertEqual(lines.pop(), "")
         self.assertEqual(len(lines), len(events))
         self.assertEqual(len(out.getvalue().splitlines()), len(events))  # by every line break Unicode has
-        for line, event in zip(lines, events):
+        for line, event in zip(lines, events, strict=True):
             self.assertTrue(line.isprintable(), ascii(line))
             stamp, _, rest = line.partition(" ")
             self.assertIsNotNone(datetime.fromisoformat(stamp).tzinfo)
@@ -4138,7 +4139,7 @@ class ChurnTest(unittest.TestCase):
 
     def test_random_churn_matches_the_model(self):
         with self.assertLogs("mom_events", "ERROR") as logs:
-            fired, rejected = map(sum, zip(*(self.run_seed(seed, steps=150) for seed in range(150))))
+            fired, rejected = map(sum, zip(*(self.run_seed(seed, steps=150) for seed in range(150)), strict=True))
         self.assertGreater(fired, 5000)  # the mix really exercises firing
         self.assertGreater(rejected, 100)
         self.assertTrue(all(" is " in line and " in the past (it is now " in line and "; renamed to " in line
@@ -4336,9 +4337,9 @@ class LifecycleTest(unittest.TestCase):
 
     def test_a_failed_start_up_scan_lets_the_directory_go(self):
         w = EventsWatcher(self.dir, lambda e: None)
-        with mock.patch.object(mom_events._Scanner, "scan", side_effect=RuntimeError("disk on fire")):
-            with self.assertRaisesRegex(RuntimeError, "disk on fire"):
-                w.start()
+        with (mock.patch.object(mom_events._Scanner, "scan", side_effect=RuntimeError("disk on fire")),
+              self.assertRaisesRegex(RuntimeError, "disk on fire")):
+            w.start()
         self.assertTrue(wait_for(lambda: not self.locked(), 5))
 
     def test_an_internal_error_that_keeps_happening_is_logged_once(self):
@@ -4572,7 +4573,7 @@ class MidWriteFuzzTest(unittest.TestCase):
             if self.valid_json_event(content):
                 content["_due"] = due
             cuts = sorted(rng.sample(range(1, len(data)), rng.randint(0, 3)))
-            parts = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+            parts = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
             gaps = [rng.uniform(0, 0.6) for _ in parts]
             versions.append((content, data, (parts, gaps, rng.random() < 0.5)))
         return name, versions
@@ -4588,7 +4589,7 @@ class MidWriteFuzzTest(unittest.TestCase):
             path = target if in_place else d / f".{name}.tmp"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                for part, gap in zip(parts, gaps):
+                for part, gap in zip(parts, gaps, strict=True):
                     time.sleep(gap)
                     os.write(fd, part)
                 mtime = os.fstat(fd).st_mtime_ns / 1e9
@@ -4622,7 +4623,8 @@ class DowntimeTest(unittest.TestCase):
             self.start(h)
         self.assertEqual(sorted(h.texts()), ["just", "queued"])
         self.assertFalse(h.exists("during.json"))
-        self.assertIn("during.json: immediate event written while no harness was running (stale)", "\n".join(logs.output))
+        self.assertIn("during.json: immediate event written while no harness was running (stale)",
+                      "\n".join(logs.output))
 
     def test_one_shots_due_before_the_window_or_just_before_the_start_run_late_the_rest_are_missed(self):
         h = self.harness(600, history=None)

@@ -206,7 +206,8 @@ FLOORS = {  # a bare thread waking at the poll interval, doing nothing else
     "time.sleep (what the scheduler uses)": "import time\nwhile True: time.sleep(INTERVAL)",
     "select.poll on a pipe": "import os, select\nr, w = os.pipe(); p = select.poll(); p.register(r)\n"
                              "while True: p.poll(INTERVAL * 1000)",
-    "Lock.acquire(timeout)": "import threading\nl = threading.Lock(); l.acquire()\nwhile True: l.acquire(timeout=INTERVAL)",
+    "Lock.acquire(timeout)": "import threading\nl = threading.Lock(); l.acquire()\n"
+                             "while True: l.acquire(timeout=INTERVAL)",
     "Condition.wait": "import threading\nc = threading.Condition()\nwith c:\n    while True: c.wait(INTERVAL)",
 }
 
@@ -480,8 +481,8 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- | --- |")
     for figure, p50, p95, top, unit, target, met, note in rows:
         scale = 1000 if unit == "ms" else 1
-        fmt = (lambda v: f"{number(v * scale)} {unit}")
-        print(f"| {figure}{' (' + note + ')' if note else ''} | {fmt(p50)} | {fmt(p95)} | {fmt(top)} |"
+        p50, p95, top = (f"{number(v * scale)} {unit}" for v in (p50, p95, top))
+        print(f"| {figure}{' (' + note + ')' if note else ''} | {p50} | {p95} | {top} |"
               f" {target} | {met} |")
     print()
     print("Naive baseline (the same module, every file stat'ed every tick), side by side:")

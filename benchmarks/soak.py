@@ -145,7 +145,7 @@ class Soak:
         ops = [(self.create_immediate, 35), (lambda: self.write_one_shot(f"os-{next(self.serial)}.json"), 35),
                (self.rewrite_one_shot, 10), (self.delete_one_shot, 10), (self.create_periodic, 5),
                (self.delete_periodic, 5)]
-        actions, weights = zip(*ops)
+        actions, weights = zip(*ops, strict=True)
         end, count = time.monotonic() + duration, 0
         next_op = time.monotonic()
         while time.monotonic() < end:
