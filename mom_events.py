@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import fcntl
 import heapq
+import importlib
 import inspect
+import io
 import itertools
 import json
 import logging
@@ -41,11 +43,11 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, NoReturn, Protocol, TypeAlias, TypeVar, TypeVarTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 if TYPE_CHECKING:  # imported where used: asyncio alone costs ~10 MB of memory
@@ -206,7 +208,7 @@ def _clip(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not allowed")
 
 
@@ -217,7 +219,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _decode_json(data: str | bytes, filename: str) -> object:
+def _decode_json(data: str | bytes, filename: str | None) -> object:
     if isinstance(data, (bytes, bytearray)):
         if len(data) > MAX_FILE_BYTES:
             raise EventError(filename, "file is larger than 1 MiB")
@@ -239,7 +241,7 @@ def _decode_json(data: str | bytes, filename: str) -> object:
         raise EventError(filename, f"invalid JSON: {reason}") from None
 
 
-def _string_field(obj: dict, key: str, filename: str) -> str:
+def _string_field(obj: dict[str, object], key: str, filename: str) -> str:
     if key not in obj:
         raise EventError(filename, f'missing field "{key}"')
     value = obj[key]
@@ -283,7 +285,7 @@ def _parse_instant(key: str, text: str, filename: str | None, zone: str | None =
     except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0
         raise EventError(filename, f'"{key}" is out of range: {_clip(text)!r}') from None
     if zone is not None:
-        offset, there = when.utcoffset(), when.astimezone(_zone(zone)).utcoffset()
+        offset, there = _utc_offset(when), _utc_offset(when.astimezone(_zone(zone)))
         if offset != there:
             raise EventError(filename, f'"{key}" {_clip(text)} has offset {_offset_text(offset)}, but {zone} is at '
                                        f"{_offset_text(there)} then")
@@ -297,7 +299,14 @@ def _at(event_at: str, zone: str | None) -> datetime:
 
 
 def _at_of(event: Event) -> datetime:
-    return _at(event.at, event.timezone)
+    return _at(_written_at(event), event.timezone)
+
+
+def _written_at(event: Event) -> str:
+    """A one-shot's ``at`` as written: parse_event made sure it has one."""
+    if event.at is None:
+        raise TypeError(f"{event.filename}: a {event.type} event has no instant")
+    return event.at
 
 
 # The fields each type reads.  Any other is ignored (bots add their own),
@@ -352,7 +361,7 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
         raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
 
 
-def _periodic(obj: dict, filename: str, channel_id: str, text: str, zone: str | None) -> Event:
+def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str, zone: str | None) -> Event:
     if "schedule" in obj and "every" in obj:
         raise EventError(filename, '"schedule" and "every" cannot both be given: one says when it runs')
     catch_up = obj.get("catchUp", False)
@@ -361,23 +370,24 @@ def _periodic(obj: dict, filename: str, channel_id: str, text: str, zone: str | 
     start, until = _optional_string(obj, "start", filename), _optional_string(obj, "until", filename)
     begins = _parse_instant("start", start, filename) if start is not None else None
     ends = _parse_instant("until", until, filename) if until is not None else None
-    if begins is not None and ends is not None and ends <= begins:
+    if start is not None and until is not None and begins is not None and ends is not None and ends <= begins:
         raise EventError(filename, f'"until" {_clip(until)} is not after "start" {_clip(start)}')
-    fields = dict(catch_up=catch_up, start=start, until=until, timezone=zone)
+    schedule = every = None
     if "every" in obj:
         every = _string_field(obj, "every", filename)
         _interval(every, filename)
-        return Event(filename, "periodic", channel_id, text, every=every, **fields)
-    if "schedule" not in obj:
-        raise EventError(filename, 'missing field "schedule" (or "every", for an interval such as "90m")')
-    schedule = _string_field(obj, "schedule", filename)
-    if zone is None:
-        raise EventError(filename, 'missing field "timezone" (an IANA name such as Europe/Vienna)')
-    _compile_cron(schedule)
-    return Event(filename, "periodic", channel_id, text, schedule=schedule, **fields)
+    else:
+        if "schedule" not in obj:
+            raise EventError(filename, 'missing field "schedule" (or "every", for an interval such as "90m")')
+        schedule = _string_field(obj, "schedule", filename)
+        if zone is None:
+            raise EventError(filename, 'missing field "timezone" (an IANA name such as Europe/Vienna)')
+        _compile_cron(schedule)
+    return Event(filename, "periodic", channel_id, text, schedule=schedule, timezone=zone, catch_up=catch_up,
+                 every=every, start=start, until=until)
 
 
-def _optional_string(obj: dict, key: str, filename: str) -> str | None:
+def _optional_string(obj: dict[str, object], key: str, filename: str) -> str | None:
     return _string_field(obj, key, filename) if key in obj else None
 
 
@@ -408,7 +418,7 @@ def _past_reason(event: Event, now: float) -> str:
     time now at the same offset: a wrong year or a UTC time written with a
     local offset shows at a glance."""
     when = _at_of(event)
-    return (f'"at" {_clip(event.at)} is {_span(now - when.timestamp())} in the past '
+    return (f'"at" {_clip(_written_at(event))} is {_span(now - when.timestamp())} in the past '
             f"(it is now {datetime.fromtimestamp(now, when.tzinfo).isoformat(timespec='seconds')})")
 
 
@@ -475,7 +485,7 @@ class _FieldSpec:
     name: str
     low: int
     high: int
-    names: dict
+    names: dict[str, int]
     size: int  # how many distinct values: the largest sensible step
 
 
@@ -534,11 +544,12 @@ def _values(item: str, spec: _FieldSpec) -> range | set[int]:
     body, slash, step_text = item.partition("/")
     step = 1
     if slash:
-        step = _number(step_text)
-        if not step:
+        number = _number(step_text)
+        if not number:
             raise _CronError(f"{_clip(item)!r}: the step must be a positive whole number")
-        if step > spec.size:
+        if number > spec.size:
             raise _CronError(f"{_clip(item)!r}: step {_clip(step_text, 12)} is larger than the {spec.name} field")
+        step = number
     if body in ("*", "?"):
         low, high = spec.low, spec.high
     elif "-" in body:
@@ -662,6 +673,12 @@ class _Days:
         return (by_date or by_weekday) if self.either else (by_date and by_weekday)
 
 
+class _CronTimes(Protocol):
+    """What is used of a croniter: the next matching time of day."""
+
+    def get_next(self, ret_type: type[datetime], start_time: datetime) -> datetime: ...
+
+
 class _Cron:
     """A validated cron expression, plus the DST rules.
 
@@ -701,12 +718,14 @@ class _Cron:
         self.years = None if year in ("*", "?") else [_values(item, _YEAR) for item in _items(year, _YEAR)]
         self.wildcard = _unrestricted(minute) or _unrestricted(hour)
         self._lock = threading.Lock()
-        self._times = None
+        self._times: _CronTimes | None = None
 
     def bind(self) -> None:
         """Attach croniter and make sure the pattern ever fires."""
         try:
-            from croniter import croniter
+            # Imported by name: croniter ships no types, and this way the module type-checks
+            # whether or not a stub package for it is installed; _CronTimes is what is used of it.
+            croniter: Callable[..., _CronTimes] = importlib.import_module("croniter").croniter
         except ImportError:
             raise _CronError("periodic events need croniter (pip install croniter)", needs_croniter=True) from None
         try:
@@ -720,18 +739,21 @@ class _Cron:
 
     def match_after(self, wall: datetime) -> datetime:
         """The first naive local time strictly after ``wall`` that matches."""
+        times = self._times
+        if times is None:
+            raise RuntimeError("bind() comes first")  # _compile_cron binds every _Cron it makes
         with self._lock:
             for day in self._days_from(wall):
                 start = wall if day.date() == wall.date() else day - timedelta(seconds=1)
                 try:
-                    candidate = self._times.get_next(datetime, start_time=start)
+                    candidate = times.get_next(datetime, start_time=start)
                 except (ValueError, OverflowError):  # past the year 9999
                     break
                 if candidate.date() == day.date():
                     return candidate
         raise _CronError(f"it has no time after {wall:%Y-%m-%d %H:%M:%S}")
 
-    def _days_from(self, wall: datetime):
+    def _days_from(self, wall: datetime) -> Iterator[datetime]:
         """The matching days from ``wall``'s on, in order, as midnights.  The
         calendar repeats every 400 years, so a year in the same place of that
         cycle as one already searched in full is skipped: a pattern that
@@ -804,7 +826,15 @@ def _offsets(tz: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
     """UTC offsets of a naive wall time read as first and as second pass:
     equal for an ordinary time, off0 > off1 for a repeated one, off0 < off1
     for a time in a gap (PEP 495)."""
-    return (wall.replace(tzinfo=tz, fold=0).utcoffset(), wall.replace(tzinfo=tz, fold=1).utcoffset())
+    return (_utc_offset(wall.replace(tzinfo=tz, fold=0)), _utc_offset(wall.replace(tzinfo=tz, fold=1)))
+
+
+def _utc_offset(when: datetime) -> timedelta:
+    """An aware datetime's UTC offset (its zone, a ZoneInfo or a fixed offset, always gives one)."""
+    offset = when.utcoffset()
+    if offset is None:
+        raise ValueError(f"{when!r} is naive: it has no UTC offset")
+    return offset
 
 
 def _wall_instant(tz: ZoneInfo, wall: datetime) -> datetime:
@@ -1042,13 +1072,19 @@ def _is_event_name(name: str) -> bool:
     return name.endswith(".json") and not name.startswith(".")
 
 
+# A regular file's stat signature: (inode, device, size, mtime_ns, ctime_ns).
+_Sig: TypeAlias = tuple[int, int, int, int, int]
+# A directory's identity: (device, inode).
+_DirId: TypeAlias = tuple[int, int]
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     """What a scan saw of one name.  ``sig`` is the stat signature of a regular
     file (links followed): inode, device, size, mtime, ctime.  Anything else
     has no signature, and ``kind`` says what it is."""
 
-    sig: tuple | None
+    sig: _Sig | None
     kind: str = "regular file"
 
     @property
@@ -1056,7 +1092,7 @@ class _Entry:
         return self.sig[3] if self.sig else 0
 
 
-def _signature(st: os.stat_result) -> tuple:
+def _signature(st: os.stat_result) -> _Sig:
     return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
@@ -1117,8 +1153,8 @@ def _sweep_batch(known: int, stat_cost: float, interval: float) -> int:
 class _Diff:
     """What a scan found changed: names to read again, and names gone."""
 
-    changed: list
-    deleted: list
+    changed: list[str]
+    deleted: list[str]
 
 
 def _diff(old: dict[str, _Entry], seen: dict[str, _Entry | None]) -> _Diff:
@@ -1138,7 +1174,7 @@ def _ignored(name: str, kind: str) -> str:
     return f"{name}: ignored: it is a {kind}, not a regular file"
 
 
-def _read_file(path: str) -> tuple[bytes, tuple]:
+def _read_file(path: str) -> tuple[bytes, _Sig]:
     """Read at most 1 MiB + 1 byte; returns it with the signature of the file
     it came from, taken after reading.  What the harness remembers of a file
     must describe the bytes it read, not what a scan saw before (the writer
@@ -1184,7 +1220,7 @@ _TRACE = "its mtime: when the harness holding it was last alive\n"
 _HEARTBEAT = 1.0  # seconds
 
 
-def _directory_id(st: os.stat_result) -> tuple:
+def _directory_id(st: os.stat_result) -> _DirId:
     return (st.st_dev, st.st_ino)
 
 
@@ -1249,9 +1285,9 @@ class _Changes:
     order of mtime, then name; names gone; names that hold something other
     than a regular file now."""
 
-    changed: list
-    deleted: list
-    unusable: list
+    changed: list[tuple[str, _Sig]]
+    deleted: list[str]
+    unusable: list[str]
 
 
 class _Scanner:
@@ -1268,7 +1304,7 @@ class _Scanner:
         self._prefix = os.path.join(directory, "")
         self._snapshot: dict[str, _Entry] = {}
         self._listing: dict[str, int] = {}      # name -> inode, from the last listing
-        self._dir_key: tuple | None = None   # the directory's (dev, inode, mtime) then
+        self._dir_key: tuple[int, int, int] | None = None   # the directory's (dev, inode, mtime) then
         self._dir_racy = False                  # listed too soon after its mtime to trust
         self._sweep_names: list[str] = []
         self._sweep_at = 0
@@ -1283,7 +1319,7 @@ class _Scanner:
         self.came_back = False                  # it could not be looked at for a while: a blind spell
         self._lock: _DirectoryLock | None = None
         self._dir_fd: int | None = None
-        self._dir_fd_id: tuple | None = None
+        self._dir_fd_id: _DirId | None = None
 
     @property
     def in_trouble(self) -> bool:
@@ -1326,7 +1362,7 @@ class _Scanner:
         one's inode number and times (any thread)."""
         self._forgotten.append(name)
 
-    def note_read(self, name: str, digest: int, read_ns: int, sig: tuple) -> None:
+    def note_read(self, name: str, digest: int, read_ns: int, sig: _Sig) -> None:
         """Its content, whose file had ``sig``, was read from ``read_ns`` on.
         The snapshot takes ``sig``: a file completed after the scan saw it
         half-written is not a change still to come.  git's racy rule: read
@@ -1443,9 +1479,11 @@ class _Scanner:
             del self._snapshot[name]
             self._fresh.pop(name, None)
             self._warned.pop(name, None)
-        changed, unusable = [], []
-        for name in sorted(diff.changed, key=lambda n: (seen[n].mtime_ns, n)):
-            entry = self._snapshot[name] = seen[name]
+        changed: list[tuple[str, _Sig]] = []
+        unusable: list[str] = []
+        found = {name: entry for name in diff.changed if (entry := seen[name]) is not None}  # all: _diff's rule
+        for name, entry in sorted(found.items(), key=lambda item: (item[1].mtime_ns, item[0])):
+            self._snapshot[name] = entry
             self._fresh.pop(name, None)
             if entry.sig is not None:
                 self._warned.pop(name, None)
@@ -1457,7 +1495,7 @@ class _Scanner:
                 log.warning("%s", _ignored(name, entry.kind))
         return _Changes(changed, diff.deleted, unusable)
 
-    def _recheck(self, changed: list) -> None:
+    def _recheck(self, changed: list[tuple[str, _Sig]]) -> None:
         """Read the racy contents again; one that differs is changed."""
         for name, digest in list(self._fresh.items()):
             entry = self._snapshot.get(name)
@@ -1476,7 +1514,7 @@ class _Scanner:
             elif not _is_racy(read_ns, entry.mtime_ns):
                 del self._fresh[name]
 
-    def _relock(self, dir_id: tuple) -> bool:
+    def _relock(self, dir_id: _DirId) -> bool:
         """A directory deleted and made again is a new directory: take its lock
         before handling any file in it.  False: do not look at it now."""
         if self._lock is None or dir_id == self._lock.directory_id:
@@ -1511,13 +1549,13 @@ class _Schedule:
     lie (compacted away when they pile up).  No I/O and no clock of its own:
     every decision takes ``now``."""
 
-    def __init__(self):
-        self._heap: list = []
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str, int, str]] = []  # (due, seq, name, generation, action)
         self._seq = itertools.count()
         self._generations = itertools.count(1)
         self._live: dict[str, int] = {}       # name -> its current generation
         self._firing: dict[str, float] = {}   # name -> when its next firing is due
-        self._anchor: tuple | None = None  # (wall, monotonic) at the last wake
+        self._anchor: tuple[float, float] | None = None  # (wall, monotonic) at the last wake
 
     def renew(self, name: str) -> int:
         """Cancel everything pending for ``name``; returns its new generation."""
@@ -1553,7 +1591,7 @@ class _Schedule:
         for it early is harmless)."""
         return (self._heap[0][0], self._heap[0][4]) if self._heap else None
 
-    def pop_due(self, now: float):
+    def pop_due(self, now: float) -> Iterator[tuple[float, str, str]]:
         """Yield ``(due, name, action)`` for each live entry due at ``now``,
         earliest first; entries pushed meanwhile are seen if due too."""
         heap, live = self._heap, self._live
@@ -1605,9 +1643,16 @@ class _Job:
     fn: Callable[[], object] | None = None
     generation: int | None = None  # its file's generation when it was queued
     final: bool = False               # its file is deleted once it has run
-    sig: tuple | None = None
+    sig: _Sig | None = None
     digest: int | None = None
     due: float | None = None       # the occurrence's due time, for the history
+
+    @property
+    def occurrence(self) -> Event:
+        """The event of a job the files queued (a submitted function's job has none)."""
+        if self.event is None:
+            raise TypeError(f"a job on channel {self.channel} runs a function, not an event")
+        return self.event
 
 
 @dataclass(eq=False, slots=True)
@@ -1616,7 +1661,7 @@ class _Channel:
     waits and none runs; a pool worker then takes its next job."""
 
     id: str
-    waiting: deque = field(default_factory=deque)
+    waiting: deque[_Job] = field(default_factory=deque)
     running: _Job | None = None
     thread: int | None = None      # ident of the thread running its job
     ready: bool = False
@@ -1627,12 +1672,16 @@ class _Interrupted(Exception):
     run to its end, so its file is kept for the next start."""
 
 
-def _is_async(fn) -> bool:
+def _is_async(fn: object) -> bool:
     # B004 is about testing callability; this reads an instance's __call__ to see whether it is async.
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
-async def _awaited(awaitable):
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+
+
+async def _awaited(awaitable: Awaitable[_T]) -> _T:
     return await awaitable
 
 
@@ -1889,7 +1938,7 @@ class _Channels:
 
     # -- the bridge to a coroutine's event loop ------------------------------------
 
-    def call(self, fn: Callable, *args) -> object:
+    def call(self, fn: Callable[..., object], *args: object) -> object:
         """Call a callback on this worker thread; if it gives a coroutine, run
         that on the loop and wait here, so the channel's next job waits too."""
         result = fn(*args)
@@ -1960,21 +2009,22 @@ class _History:
     followed by the rest; when that fails, the fragment written stays alone
     on its own line, which readers skip as unparseable."""
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         self._fd: int | None = None
-        self._id: tuple | None = None
+        self._id: _DirId | None = None  # the file's (device, inode)
         self._broken = False
         self._torn = False  # the file ends in a fragment of a line
 
-    def record(self, outcome: str, filename: str, event: Event | None = None, **fields) -> None:
+    def record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
         """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
         try:
-            entry = {"time": _iso(time.time()), "filename": filename,
-                     "type": event.type if event else None, "channelId": event.channel_id if event else None,
-                     "outcome": outcome}
-            entry.update((key, _iso(value) if key.endswith("At") else value)
+            entry: dict[str, object] = {
+                "time": _iso(time.time()), "filename": filename,
+                "type": event.type if event else None, "channelId": event.channel_id if event else None,
+                "outcome": outcome}
+            entry.update((key, _iso(value) if key.endswith("At") and not isinstance(value, str) else value)
                          for key, value in fields.items() if value is not None)
             data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape")
         except Exception as exc:  # that line's alone: never the event's
@@ -1982,9 +2032,10 @@ class _History:
             return
         with self._lock:
             try:
-                if self._fd is None or self._rotated():
-                    self._open()
-                self._append(data)
+                fd = self._fd
+                if fd is None or self._rotated():
+                    fd = self._open()
+                self._append(fd, data)
             except OSError as exc:
                 self._close()
                 if not self._broken:
@@ -1996,12 +2047,12 @@ class _History:
                 log.warning("the history %s is written again", self.path)
                 self._broken = False
 
-    def _append(self, line: bytes) -> None:
+    def _append(self, fd: int, line: bytes) -> None:
         """Write all of ``line``; after a fragment, start on a new line.  A
         failure closes the file, and opening it again looks at its end."""
         rest = memoryview(b"\n" + line if self._torn else line)
         while rest:
-            written = os.write(self._fd, rest)
+            written = os.write(fd, rest)
             if not written:
                 raise OSError("nothing was written")
             rest = rest[written:]
@@ -2014,7 +2065,7 @@ class _History:
             return True
         return (st.st_dev, st.st_ino) != self._id
 
-    def _open(self) -> None:
+    def _open(self) -> int:
         self._close()
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         st = os.fstat(fd)
@@ -2023,6 +2074,7 @@ class _History:
         except OSError:
             self._torn = False
         self._fd, self._id = fd, (st.st_dev, st.st_ino)
+        return fd
 
     def close(self) -> None:
         """Let the file go (a later record opens it again)."""
@@ -2035,10 +2087,10 @@ class _History:
             self._fd = None
 
 
-def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict]:
+def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict[str, object]]:
     """Each file's last history entry, from the last ``limit`` bytes; the
     lines of a notice's run (rejected, missed) are not its file's outcome."""
-    last: dict[str, dict] = {}
+    last: dict[str, dict[str, object]] = {}
     with open(path, "rb") as file:
         file.seek(0, os.SEEK_END)
         size = file.tell()
@@ -2066,7 +2118,7 @@ class _File:
     """What the watcher knows of one event file."""
 
     name: str
-    sig: tuple | None = None
+    sig: _Sig                         # the stat signature of what was read last (or, before that, seen)
     digest: int | None = None
     event: Event | None = None
     attempts: int = 0                 # parse retries so far
@@ -2075,6 +2127,13 @@ class _File:
     quiet: bool = False               # its problem was logged; silent until it changes
     ignored: set[str] = field(default_factory=set)  # unknown fields said in the log
     spent: bool = False               # ran or was dropped, but could not be deleted
+
+    @property
+    def parsed(self) -> Event:
+        """Its valid event: what was scheduled or queued for it has one."""
+        if self.event is None:
+            raise TypeError(f"{self.name} has no valid event")
+        return self.event
 
 
 def _log_error(event: Event, exc: BaseException) -> None:
@@ -2094,7 +2153,8 @@ class _Files:
     the writer takes in (``settle``)."""
 
     def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: _History | None,
-                 handler: Callable, on_error: Callable, max_queued: int, notify: bool):
+                 handler: Callable[[Event], object], on_error: Callable[[Event, BaseException], object],
+                 max_queued: int, notify: bool) -> None:
         self.directory = directory
         self.schedule = _Schedule()
         self.history = history
@@ -2136,13 +2196,13 @@ class _Files:
         """Take in the runs the workers finished: delete their files."""
         while self._finished:
             job = self._finished.popleft()
-            self._guarded(job.event.filename, self._delete_after_run, job)
+            self._guarded(job.occurrence.filename, self._delete_after_run, job)
 
-    def _changed(self, name: str, sig: tuple, now: float, first_look: _Startup | None = None) -> None:
+    def _changed(self, name: str, sig: _Sig, now: float, first_look: _Startup | None = None) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
         f = self._known.get(name)
         if f is None:
-            f = self._known[name] = _File(name)
+            f = self._known[name] = _File(name, sig)
         self._cancel(f, "file changed")
         f.sig, f.attempts, f.quiet, f.first_look = sig, 0, False, first_look
         self._load(f, now)
@@ -2169,7 +2229,7 @@ class _Files:
         f.sig, f.digest = sig, digest
         self._scanner.note_read(f.name, digest, read_ns, sig)
         try:
-            f.event, ignored = _parse(data, f.name)
+            event, ignored = _parse(data, f.name)
         except _NeedsCroniter as exc:
             f.event = None
             if not f.quiet:
@@ -2181,11 +2241,11 @@ class _Files:
             f.event = None
             self._retry_later(f, now, exc, data)
             return
-        f.attempts = 0
+        f.event, f.attempts = event, 0
         if ignored and set(ignored) != f.ignored:  # said once per file, until the set changes
             log.info("%s: %s", f.name, _unknown_fields(ignored))
         f.ignored = set(ignored)
-        self._plan(f, now, data)
+        self._plan(f, event, now, data)
 
     def _retry_later(self, f: _File, now: float, exc: EventError, data: bytes) -> None:
         """The writer may be mid-write: retry after 100, 200 and 400 ms."""
@@ -2231,7 +2291,7 @@ class _Files:
         if fate is not None:
             self._tell(_rejected_event(f.name, reason, written, fate))
 
-    def _guarded(self, name: str, step: Callable, *args) -> None:
+    def _guarded(self, name: str, step: Callable[[*_Ts], None], *args: *_Ts) -> None:
         """One file's step.  An unexpected error in it is that file's alone:
         logged once with its name, and the file is treated as invalid, while
         the other files of the same scan, heap or queue go on."""
@@ -2252,9 +2312,8 @@ class _Files:
                 self._cancel(f)
                 f.spent, f.event = True, None
 
-    def _plan(self, f: _File, now: float, data: bytes) -> None:
+    def _plan(self, f: _File, event: Event, now: float, data: bytes) -> None:
         """A valid event (``data``, just read): act on the judge's verdict."""
-        event = f.event
         verdict = _judge(event, f.sig[3], now, f.first_look)
         if verdict.action == "schedule":
             if verdict.missed:
@@ -2265,6 +2324,7 @@ class _Files:
                 self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
             if verdict.catch_up is not None:
                 self._enqueue(f, verdict.catch_up, verdict.late, final=False)
+            assert verdict.due is not None  # the judge's contract: "schedule" says when
             self.schedule.push(f.name, verdict.due)
         elif verdict.action == "run":
             if verdict.late is not None:
@@ -2276,12 +2336,15 @@ class _Files:
             log.info("%s: %s; deleting it without running", f.name, verdict.reason)
             self._record(verdict.outcome, f.name, event, dueAt=verdict.due)
             if self._delete(f) and verdict.outcome == "missed":
+                # the judge's contract: only a first look misses, and what was missed was due
+                assert verdict.due is not None and f.first_look is not None
                 self._tell(_missed_notice(event, verdict.due, f.first_look))
 
     def _fire(self, f: _File, due: float, now: float) -> None:
-        final = f.event.type != "periodic"
+        event = f.parsed
+        final = event.type != "periodic"
         if not final:
-            after = _next_fire_ts(f.event, now, f.sig[3] / 1e9)  # from now: no catch-up
+            after = _next_fire_ts(event, now, f.sig[3] / 1e9)  # from now: no catch-up
             final = math.isinf(after)
             if final:
                 log.info("%s: this is its last occurrence; the file is deleted once it has run", f.name)
@@ -2294,7 +2357,7 @@ class _Files:
         """Put an occurrence of the file's event, due at ``due``, on its
         channel's queue, unless the previous one still waits there.  After
         the ``final`` one has run, the file is deleted."""
-        event = f.event
+        event = f.parsed
         if f.queued is not None and self._channels.is_waiting(f.queued):
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
                      f.name, event.channel_id)
@@ -2320,7 +2383,7 @@ class _Files:
         """Onto its channel's queue: "queued", "full" (discarded, and said
         so) or "closed" (the watcher stops: nothing is queued or recorded,
         and the file stays for the next start)."""
-        event = job.event
+        event = job.occurrence
         outcome = self._channels.put(job, lambda: self._record("queued", event.filename, event, dueAt=job.due))
         if outcome == "full":
             log.warning("%s: channel %s already has %d events waiting; discarding this %s",
@@ -2333,10 +2396,10 @@ class _Files:
     def _cancel(self, f: _File, why: str | None = None) -> None:
         """Kill its schedule entries and its occurrence waiting in a queue;
         with ``why``, what was pending goes to the history as cancelled."""
-        due = self.schedule.due(f.name)
-        withdrawn = f.queued is not None and self._channels.withdraw(f.queued)
+        due, queued = self.schedule.due(f.name), f.queued
+        withdrawn = queued is not None and self._channels.withdraw(queued)
         if why and f.event is not None and (due is not None or withdrawn):
-            self._record("cancelled", f.name, f.event, dueAt=due or f.queued.due,
+            self._record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
                          detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
         self.schedule.renew(f.name)
         f.queued = None
@@ -2360,7 +2423,7 @@ class _Files:
     def perform(self, job: _Job) -> None:
         """A worker runs one occurrence: the handler (on_error if it raised)
         and its history lines; its file is the writer's to delete."""
-        event = job.event
+        event = job.occurrence
         self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
         started = time.time()
         finished, error = self._execute(job)
@@ -2373,7 +2436,7 @@ class _Files:
         """Run the handler; whatever it raises goes to on_error, never further.
         Returns whether it ran to its end (not when cut short at shutdown:
         then its file stays) and what went wrong, in one line, if anything."""
-        event = job.event
+        event = job.occurrence
         try:
             self._channels.call(self._handler, event)
         except _Interrupted as exc:
@@ -2393,13 +2456,14 @@ class _Files:
         """An immediate, a one-shot or a periodic event's last occurrence is
         deleted once it ran, unless the file changed meanwhile: then its new
         content is a new event."""
-        f = self._known.get(job.event.filename)
+        ran = job.occurrence
+        f = self._known.get(ran.filename)
         if f is not None and self.schedule.generation(f.name) == job.generation:
             event = f.event
-            if self._delete(f, job.sig, job.digest) and job.event.type == "periodic":
+            if self._delete(f, job.sig, job.digest) and ran.type == "periodic":
                 self._record("ended", f.name, event, detail="its last occurrence has run")
 
-    def _delete(self, f: _File, sig: tuple | None = None, digest: int | None = None) -> bool:
+    def _delete(self, f: _File, sig: _Sig | None = None, digest: int | None = None) -> bool:
         """Delete the file judged (``sig`` and ``digest``; by default, what
         was read last).  False when it cannot be deleted: logged once, and it
         never runs again in this process."""
@@ -2409,7 +2473,7 @@ class _Files:
             return self._undeletable(f, exc)
         return taken is None or self._unlink_taken(f, taken)
 
-    def _take(self, f: _File, sig: tuple, digest: int | None) -> str | None:
+    def _take(self, f: _File, sig: _Sig, digest: int | None) -> str | None:
         """Act on the file judged, not on whatever has its name now: check
         that the name still holds it (its whole signature; its content too
         while its mtime is too recent to trust), move it to a private name (a
@@ -2440,7 +2504,7 @@ class _Files:
         return None
 
     @staticmethod
-    def _still(path: str, sig: tuple, digest: int | None) -> bool:
+    def _still(path: str, sig: _Sig, digest: int | None) -> bool:
         """Does ``path`` still hold the file judged?"""
         st = os.stat(path)
         if _signature(st) != sig:
@@ -2490,7 +2554,7 @@ class _Files:
         self._forget(name)
         self._scanner.forget(name)
 
-    def _record(self, outcome: str, filename: str, event: Event | None = None, **fields) -> None:
+    def _record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
         """History, if kept; costs one call when not (it runs on the firing path)."""
         if self.history is not None:
             self.history.record(outcome, filename, event, **fields)
@@ -2522,13 +2586,13 @@ class EventsWatcher:
     the wall-clock time as a POSIX timestamp.
     """
 
-    def __init__(self, events_dir, handler: Callable[[Event], object],
+    def __init__(self, events_dir: str | os.PathLike[str], handler: Callable[[Event], object],
                  on_error: Callable[[Event, BaseException], object] | None = None,
                  poll_interval: float = 0.04, max_queued: int = 5,
                  clock: Callable[[], float] = time.time,
-                 loop: asyncio.AbstractEventLoop | None = None, history=None, misfire_grace: float = 0,
-                 on_halt: Callable[[str], object] | None = None, standby: bool = False,
-                 notify: bool = True, notify_rejected: bool = True):
+                 loop: asyncio.AbstractEventLoop | None = None, history: str | os.PathLike[str] | None = None,
+                 misfire_grace: float = 0, on_halt: Callable[[str], object] | None = None, standby: bool = False,
+                 notify: bool = True, notify_rejected: bool = True) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
         if on_error is not None and not callable(on_error):
@@ -2620,18 +2684,18 @@ class EventsWatcher:
         last of them has ended and its file is deleted (or kept): a standby
         never runs a file whose run is still going on."""
         deadline = time.monotonic() + timeout
-        self._begin_closing()
+        closer = self._begin_closing()
         busy = self._channels.wait(timeout)
         me = threading.current_thread()
         if not busy and me is not self._thread and not self._channels.in_job():
             # The closer waits for the scheduler thread's nap to end, then lets the directory go.
-            self._closer.join(max(deadline - time.monotonic(), 2 * _NAP))
+            closer.join(max(deadline - time.monotonic(), 2 * _NAP))
         return busy
 
     def __enter__(self) -> EventsWatcher:
         return self.start()
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     async def astop(self, timeout: float = 30) -> list[str]:
@@ -2647,7 +2711,7 @@ class EventsWatcher:
         await asyncio.to_thread(self.start)  # the start-up scan reads files: not on the loop
         return self
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.astop()
 
     # -- the scheduler thread -----------------------------------------------
@@ -2705,7 +2769,8 @@ class EventsWatcher:
         while not self._stopping:
             timeout = self._poll_interval
             try:
-                if self._needs_loop and self._channels.loop.is_closed():
+                loop = self._channels.loop
+                if self._needs_loop and loop is not None and loop.is_closed():
                     self._channels.lost_loop()  # its events could never run
                     break
                 # Clock reads are system calls on some virtual machines: an
@@ -2759,9 +2824,9 @@ class EventsWatcher:
         if changes is not None:
             self._files.apply(changes, now, first_look)
 
-    def _begin_closing(self) -> None:
+    def _begin_closing(self) -> threading.Thread:
         """Stop scheduling and queueing at once (what waits is dropped, its
-        files stay), and hand over to the closer, once."""
+        files stay), and hand over to the closer, once; returns the closer."""
         with self._life:
             self._stopping = True
             self._wake.set()
@@ -2770,6 +2835,7 @@ class EventsWatcher:
             if self._closer is None:
                 self._closer = threading.Thread(target=self._close, name="mom_events-closer", daemon=True)
                 self._closer.start()
+            return self._closer
 
     def _close(self) -> None:
         """The last writer: once the scheduler thread has gone, wait for every
@@ -2951,8 +3017,8 @@ def _check_command() -> str:
     return f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))}"
 
 
-def events_prompt(events_dir, timezone: str | None = None, channel_id: str | None = None,
-                  history=None) -> str:
+def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = None, channel_id: str | None = None,
+                  history: str | os.PathLike[str] | None = None) -> str:
     """A Markdown section for an agent's system prompt that teaches it to
     schedule, inspect and cancel its own events.  ``timezone`` is the one the
     agent should assume (default: the host's); an unknown name raises
@@ -2963,7 +3029,7 @@ def events_prompt(events_dir, timezone: str | None = None, channel_id: str | Non
     tz_text = timezone
     if timezone is None:  # no IANA name to be found: state the offset, use UTC in examples
         timezone = "UTC"
-        tz_text = f"UTC{_offset_text(datetime.now().astimezone().utcoffset())} (no IANA name is known)"
+        tz_text = f"UTC{_offset_text(_utc_offset(datetime.now().astimezone()))} (no IANA name is known)"
     try:
         zone = _zone(timezone)
     except _CronError as exc:
@@ -2972,7 +3038,7 @@ def events_prompt(events_dir, timezone: str | None = None, channel_id: str | Non
     tomorrow = datetime.now(zone).date() + timedelta(days=1)
     at = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 9, tzinfo=zone).isoformat()
 
-    def example(kind: str, **fields) -> str:
+    def example(kind: str, **fields: str) -> str:
         return json.dumps({"type": kind, "channelId": channel, **fields}, ensure_ascii=False)
 
     year_end = datetime(tomorrow.year, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()
@@ -3117,7 +3183,11 @@ def _run_members(sid: int) -> list[int]:
     return members
 
 
-def _signal_run(proc: subprocess.Popen, signum: int) -> None:
+# A command's output stream as it is relayed: its log level, and a line not yet ended.
+_Stream: TypeAlias = tuple[int, bytearray]
+
+
+def _signal_run(proc: subprocess.Popen[bytes], signum: int) -> None:
     """Signal every process of the run: its group, and the members of its
     session that moved to groups of their own."""
     for pid in _run_members(proc.pid):
@@ -3151,14 +3221,15 @@ class _Commands:
         self.command = command
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._deadlines: dict[subprocess.Popen, float] = {}  # when to send SIGTERM
+        self._deadlines: dict[subprocess.Popen[bytes], float] = {}  # when to send SIGTERM
         self._stopped = False
 
     def __call__(self, event: Event) -> None:
         fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
                   "MESSAGE": event.message, "SCHEDULE": _when(event) or event.type,
                   "DUE": event.due.isoformat() if event.due else ""}
-        env = dict(os.environ, **{f"MOM_EVENT_{name}": _env_value(value) for name, value in fields.items()})
+        env: dict[str, str | bytes] = {**os.environ,
+                                       **{f"MOM_EVENT_{name}": _env_value(value) for name, value in fields.items()}}
         import subprocess
         with self._lock:
             if self._stopped:
@@ -3207,19 +3278,22 @@ class _Commands:
             if locked:
                 self._lock.release()
 
-    def _supervise(self, proc: subprocess.Popen, event: Event) -> str | None:
+    def _supervise(self, proc: subprocess.Popen[bytes], event: Event) -> str | None:
         """Feed stdin, log output and enforce the deadline until the run's
         group is gone, or has outlived SIGKILL by _KILL_WAIT s (logged).
         Returns None, "timeout" or "shutdown" (why we killed it)."""
         import selectors
         import subprocess
+        stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+        if stdin is None or stdout is None or stderr is None:
+            raise ValueError("the command's standard streams must be pipes")  # __call__ makes them so
         pending = _command_bytes(event.message + "\n")
-        streams = {proc.stdout.fileno(): (logging.INFO, bytearray()),
-                   proc.stderr.fileno(): (logging.WARNING, bytearray())}
+        streams = {stdout.fileno(): (logging.INFO, bytearray()),
+                   stderr.fileno(): (logging.WARNING, bytearray())}
         killed, stopping, kill_at, give_up_at, exited_at = None, False, math.inf, math.inf, math.inf
         with selectors.DefaultSelector() as selector:
-            os.set_blocking(proc.stdin.fileno(), False)
-            selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+            os.set_blocking(stdin.fileno(), False)
+            selector.register(stdin.fileno(), selectors.EVENT_WRITE)
             for fd in streams:
                 selector.register(fd, selectors.EVENT_READ)
             while True:
@@ -3250,7 +3324,7 @@ class _Commands:
                 if selector.get_map():
                     for key, _ in selector.select(0.1):
                         if key.events & selectors.EVENT_WRITE:
-                            pending = self._feed(selector, proc.stdin, pending)
+                            pending = self._feed(selector, stdin, pending)
                         else:
                             self._relay(selector, key.fd, streams[key.fd], event.filename)
                 elif not exited:
@@ -3264,11 +3338,11 @@ class _Commands:
         for level, buffer in streams.values():
             if buffer:
                 log.log(level, "%s: %s", event.filename, buffer.decode("utf-8", "backslashreplace"))
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        for pipe in (stdin, stdout, stderr):
             pipe.close()
         return killed
 
-    def _drain(self, selector: selectors.BaseSelector, streams: dict, filename: str) -> None:
+    def _drain(self, selector: selectors.BaseSelector, streams: dict[int, _Stream], filename: str) -> None:
         """Log what the group wrote last; what a process outside it (a setsid
         daemon) still writes to the pipes is not waited for."""
         import selectors
@@ -3284,7 +3358,7 @@ class _Commands:
                 self._relay(selector, key.fd, streams[key.fd], filename)
 
     @staticmethod
-    def _feed(selector: selectors.BaseSelector, pipe, pending: bytes) -> bytes:
+    def _feed(selector: selectors.BaseSelector, pipe: IO[bytes], pending: bytes) -> bytes:
         try:
             pending = pending[os.write(pipe.fileno(), pending):]
         except BrokenPipeError:  # the command does not read its stdin: fine
@@ -3295,7 +3369,7 @@ class _Commands:
         return pending
 
     @staticmethod
-    def _relay(selector: selectors.BaseSelector, fd: int, stream: tuple, filename: str) -> None:
+    def _relay(selector: selectors.BaseSelector, fd: int, stream: _Stream, filename: str) -> None:
         level, buffer = stream
         chunk = os.read(fd, _LINE_LIMIT)
         if not chunk:
@@ -3352,14 +3426,18 @@ def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
         return False, f"{name}: {what}: {verdict.reason}; it will not run{notes_text}"
     if event.type == "immediate":
         return True, f"{name}: ok: {what}, runs on arrival{notes_text}"
+    # the judge's contract: a late run says by how much, a schedule says when
     if verdict.action == "run":
+        assert verdict.late is not None
         return True, f"{name}: ok: {what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}{notes_text}"
+    due = verdict.due
+    assert due is not None
     if event.type == "one-shot":
         when = event.at if event.timezone is None else _at_of(event).isoformat(timespec="seconds")
-        return True, f"{name}: ok: {what}, at {when} (in {_span(verdict.due - now)}){notes_text}"
-    times, due = [], verdict.due
-    while len(times) < 3 and not math.isinf(due):
-        times.append(_aware(event, due).isoformat(timespec="seconds"))
+        return True, f"{name}: ok: {what}, at {when} (in {_span(due - now)}){notes_text}"
+    times: list[str] = []
+    while len(times) < 3 and (aware := _aware(event, due)) is not None:  # None: no more (an infinite due)
+        times.append(aware.isoformat(timespec="seconds"))
         due = _next_fire_ts(event, due, sig[3] / 1e9)
     last = "" if len(times) == 3 else " (its last)" if len(times) == 1 else " (the last)"
     return True, f"{name}: ok: {what}, next {', '.join(times)}{last}{notes_text}"
@@ -3509,7 +3587,8 @@ def main(argv: list[str] | None = None) -> int:
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=level, handlers=[stderr])
-    sys.stdout.reconfigure(errors="backslashreplace")  # file names need not be valid UTF-8
+    if isinstance(sys.stdout, io.TextIOWrapper):  # it is, unless replaced by an embedding program
+        sys.stdout.reconfigure(errors="backslashreplace")  # file names need not be valid UTF-8
     if args.prompt:
         history = os.path.abspath(args.history) if args.history else None
         sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel, history))
@@ -3525,7 +3604,7 @@ def _serve(args: argparse.Namespace) -> int:
     halted: list[str] = []
     commands = _Commands(args.command, args.exec_timeout) if args.command else None
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():  # the second signal: leave now, and leave nothing of any run behind
             if commands is not None:
                 commands.kill_all()
@@ -3536,16 +3615,19 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(signum, on_signal)
 
     printer = _printer(args.json)
-    if commands is None:
-        handler = printer
-    else:
-        def handler(event: Event) -> None:
-            printer(event)
+
+    def handler(event: Event) -> None:
+        printer(event)
+        if commands is not None:
             commands(event)
+
+    def on_halt(reason: str) -> None:
+        halted.append(reason)
+        stop.set()
 
     watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history,
                             misfire_grace=args.misfire_grace,
-                            on_halt=lambda reason: (halted.append(reason), stop.set()), standby=args.standby,
+                            on_halt=on_halt, standby=args.standby,
                             notify=args.notify)
     try:
         watcher.start()
@@ -3581,7 +3663,7 @@ def _with_signals_handled(fn: Callable[[], int]) -> int:
     Python runs its handler only when the main thread next runs Python code:
     blocked in a lock for the grace period, or for good in ``stop.wait()``, it
     would leave SIGTERM unheard (seen under load, 1 start in 15)."""
-    outcome: list = []
+    outcome: list[int | BaseException] = []
 
     def run() -> None:
         try:
