@@ -1,3 +1,7 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) the mom_events authors
+# Part of the mom_events project (see its README): its one module, meant to be copied into a bot
+# as it is; the project's LICENSE, README and tests stay with it.  POSIX only; tested on Linux.
 """mom_events: a directory of JSON files becomes scheduled wake-ups for an agent.
 
 An agent schedules its own future work by writing a file into the events
@@ -26,6 +30,11 @@ first periodic event is parsed.
 
 from __future__ import annotations
 
+import sys
+
+if sys.platform == "win32":  # fcntl, /bin/sh, process groups and sessions
+    raise ImportError("mom_events needs a POSIX system (fcntl, /bin/sh, process groups); it does not run on Windows")
+
 import argparse
 import fcntl
 import heapq
@@ -39,7 +48,6 @@ import math
 import os
 import signal
 import stat
-import sys
 import threading
 import time
 from collections import deque
