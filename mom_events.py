@@ -1,3 +1,7 @@
+# SPDX-License-Identifier: MIT
+# Copyright (c) the mom_events authors
+# Part of the mom_events project (see its README): its one module, meant to be copied into a bot
+# as it is; the project's LICENSE, README and tests stay with it.  POSIX only; tested on Linux.
 """mom_events: a directory of JSON files becomes scheduled wake-ups for an agent.
 
 An agent schedules its own future work by writing a file into the events
@@ -26,10 +30,17 @@ first periodic event is parsed.
 
 from __future__ import annotations
 
+import sys
+
+if sys.platform == "win32":  # fcntl, /bin/sh, process groups and sessions
+    raise ImportError("mom_events needs a POSIX system (fcntl, /bin/sh, process groups); it does not run on Windows")
+
 import argparse
 import fcntl
 import heapq
+import importlib
 import inspect
+import io
 import itertools
 import json
 import logging
@@ -37,14 +48,14 @@ import math
 import os
 import signal
 import stat
-import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import IO, TYPE_CHECKING, NoReturn, Protocol, TypeAlias, TypeVar, TypeVarTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 if TYPE_CHECKING:  # imported where used: asyncio alone costs ~10 MB of memory
@@ -134,7 +145,7 @@ _RETRY_DELAYS = (0.1, 0.2, 0.4)
 class EventError(ValueError):
     """A bad event file; ``str()`` is one line naming the file and the reason."""
 
-    def __init__(self, filename: Optional[str], reason: str):
+    def __init__(self, filename: str | None, reason: str):
         if len(reason) > 300:  # every quoting site keeps to an excerpt; this is the backstop
             reason = reason[:300] + "…"
         super().__init__(f"{filename}: {reason}" if filename else reason)
@@ -159,15 +170,15 @@ class Event:
     type: str
     channel_id: str
     text: str
-    at: Optional[str] = None
-    schedule: Optional[str] = None
-    timezone: Optional[str] = None
-    late: Optional[float] = None  # seconds after its due time that it runs, if it runs late
-    due: Optional[datetime] = None
+    at: str | None = None
+    schedule: str | None = None
+    timezone: str | None = None
+    late: float | None = None  # seconds after its due time that it runs, if it runs late
+    due: datetime | None = None
     catch_up: bool = False  # periodic: run once, late, for what fell due while no harness ran
-    every: Optional[str] = None  # periodic: an interval instead of a schedule, as written ("90m")
-    start: Optional[str] = None  # periodic: no occurrence before it (an interval's first)
-    until: Optional[str] = None  # periodic: no occurrence after it
+    every: str | None = None  # periodic: an interval instead of a schedule, as written ("90m")
+    start: str | None = None  # periodic: no occurrence before it (an interval's first)
+    until: str | None = None  # periodic: no occurrence after it
 
     @property
     def message(self) -> str:
@@ -179,7 +190,7 @@ class Event:
         return f"[EVENT:{tag}] {self.text}"
 
 
-def _when(event: Event) -> Optional[str]:
+def _when(event: Event) -> str | None:
     """A one-shot's ``at`` or a periodic event's schedule (``every 90m``), as written."""
     if event.type == "one-shot":
         return event.at
@@ -205,7 +216,7 @@ def _clip(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not allowed")
 
 
@@ -216,7 +227,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _decode_json(data: str | bytes, filename: str) -> object:
+def _decode_json(data: str | bytes, filename: str | None) -> object:
     if isinstance(data, (bytes, bytearray)):
         if len(data) > MAX_FILE_BYTES:
             raise EventError(filename, "file is larger than 1 MiB")
@@ -238,7 +249,7 @@ def _decode_json(data: str | bytes, filename: str) -> object:
         raise EventError(filename, f"invalid JSON: {reason}") from None
 
 
-def _string_field(obj: dict, key: str, filename: str) -> str:
+def _string_field(obj: dict[str, object], key: str, filename: str) -> str:
     if key not in obj:
         raise EventError(filename, f'missing field "{key}"')
     value = obj[key]
@@ -250,7 +261,7 @@ def _string_field(obj: dict, key: str, filename: str) -> str:
     return value
 
 
-def _check_length(key: str, value: str, filename: Optional[str]) -> None:
+def _check_length(key: str, value: str, filename: str | None) -> None:
     """Refuse a field longer than its ``_MAX_LENGTH``, if it has one."""
     limit = _MAX_LENGTH.get(key)
     if limit is not None and len(value) > limit:
@@ -263,7 +274,7 @@ def _json_type(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _parse_instant(key: str, text: str, filename: Optional[str], zone: Optional[str] = None) -> datetime:
+def _parse_instant(key: str, text: str, filename: str | None, zone: str | None = None) -> datetime:
     """An ISO 8601 date-time field as an aware instant.  Without an offset it
     is an error (the original read it as local time, silently), unless
     ``zone`` is given: then it is wall time there, and an offset given as
@@ -279,11 +290,11 @@ def _parse_instant(key: str, text: str, filename: Optional[str], zone: Optional[
                 raise EventError(filename, f'"{key}" has no UTC offset: {_clip(text)!r} (add one, e.g. +01:00 or '
                                            f"Z{wall})")
             return _wall_instant(_zone(zone), when)
-        when.astimezone(timezone.utc)
+        when.astimezone(UTC)
     except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0
         raise EventError(filename, f'"{key}" is out of range: {_clip(text)!r}') from None
     if zone is not None:
-        offset, there = when.utcoffset(), when.astimezone(_zone(zone)).utcoffset()
+        offset, there = _utc_offset(when), _utc_offset(when.astimezone(_zone(zone)))
         if offset != there:
             raise EventError(filename, f'"{key}" {_clip(text)} has offset {_offset_text(offset)}, but {zone} is at '
                                        f"{_offset_text(there)} then")
@@ -291,13 +302,20 @@ def _parse_instant(key: str, text: str, filename: Optional[str], zone: Optional[
 
 
 @lru_cache(maxsize=1024)
-def _at(event_at: str, zone: Optional[str]) -> datetime:
+def _at(event_at: str, zone: str | None) -> datetime:
     """A valid one-shot's instant (its ``at``, read in its ``timezone``)."""
     return _parse_instant("at", event_at, None, zone)
 
 
 def _at_of(event: Event) -> datetime:
-    return _at(event.at, event.timezone)
+    return _at(_written_at(event), event.timezone)
+
+
+def _written_at(event: Event) -> str:
+    """A one-shot's ``at`` as written: parse_event made sure it has one."""
+    if event.at is None:
+        raise TypeError(f"{event.filename}: a {event.type} event has no instant")
+    return event.at
 
 
 # The fields each type reads.  Any other is ignored (bots add their own),
@@ -352,7 +370,7 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
         raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
 
 
-def _periodic(obj: dict, filename: str, channel_id: str, text: str, zone: Optional[str]) -> Event:
+def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str, zone: str | None) -> Event:
     if "schedule" in obj and "every" in obj:
         raise EventError(filename, '"schedule" and "every" cannot both be given: one says when it runs')
     catch_up = obj.get("catchUp", False)
@@ -361,23 +379,24 @@ def _periodic(obj: dict, filename: str, channel_id: str, text: str, zone: Option
     start, until = _optional_string(obj, "start", filename), _optional_string(obj, "until", filename)
     begins = _parse_instant("start", start, filename) if start is not None else None
     ends = _parse_instant("until", until, filename) if until is not None else None
-    if begins is not None and ends is not None and ends <= begins:
+    if start is not None and until is not None and begins is not None and ends is not None and ends <= begins:
         raise EventError(filename, f'"until" {_clip(until)} is not after "start" {_clip(start)}')
-    fields = dict(catch_up=catch_up, start=start, until=until, timezone=zone)
+    schedule = every = None
     if "every" in obj:
         every = _string_field(obj, "every", filename)
         _interval(every, filename)
-        return Event(filename, "periodic", channel_id, text, every=every, **fields)
-    if "schedule" not in obj:
-        raise EventError(filename, 'missing field "schedule" (or "every", for an interval such as "90m")')
-    schedule = _string_field(obj, "schedule", filename)
-    if zone is None:
-        raise EventError(filename, 'missing field "timezone" (an IANA name such as Europe/Vienna)')
-    _compile_cron(schedule)
-    return Event(filename, "periodic", channel_id, text, schedule=schedule, **fields)
+    else:
+        if "schedule" not in obj:
+            raise EventError(filename, 'missing field "schedule" (or "every", for an interval such as "90m")')
+        schedule = _string_field(obj, "schedule", filename)
+        if zone is None:
+            raise EventError(filename, 'missing field "timezone" (an IANA name such as Europe/Vienna)')
+        _compile_cron(schedule)
+    return Event(filename, "periodic", channel_id, text, schedule=schedule, timezone=zone, catch_up=catch_up,
+                 every=every, start=start, until=until)
 
 
-def _optional_string(obj: dict, key: str, filename: str) -> Optional[str]:
+def _optional_string(obj: dict[str, object], key: str, filename: str) -> str | None:
     return _string_field(obj, key, filename) if key in obj else None
 
 
@@ -385,7 +404,7 @@ _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _MAX_INTERVAL = 3650 * 86400  # ten years
 
 
-def _interval(every: str, filename: Optional[str] = None) -> int:
+def _interval(every: str, filename: str | None = None) -> int:
     """An interval such as ``90m`` or ``1h30m`` in seconds: whole numbers of
     d, h, m and s, each unit at most once, in that order."""
     rest, total, units = every, 0, list(_UNITS)
@@ -408,7 +427,7 @@ def _past_reason(event: Event, now: float) -> str:
     time now at the same offset: a wrong year or a UTC time written with a
     local offset shows at a glance."""
     when = _at_of(event)
-    return (f'"at" {_clip(event.at)} is {_span(now - when.timestamp())} in the past '
+    return (f'"at" {_clip(_written_at(event))} is {_span(now - when.timestamp())} in the past '
             f"(it is now {datetime.fromtimestamp(now, when.tzinfo).isoformat(timespec='seconds')})")
 
 
@@ -429,7 +448,7 @@ def _as_written(data: str | bytes) -> dict[str, str]:
             if isinstance(value := obj.get(key), str) and len(value) <= _MAX_LENGTH.get(key, 64)}
 
 
-def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: str) -> Optional[Event]:
+def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: str) -> Event | None:
     """The event that tells the agent, on the channel its file names, that
     the file was rejected, why, and what became of it; None without one."""
     channel = written.get("channelId", "")
@@ -475,7 +494,7 @@ class _FieldSpec:
     name: str
     low: int
     high: int
-    names: dict
+    names: dict[str, int]
     size: int  # how many distinct values: the largest sensible step
 
 
@@ -494,7 +513,7 @@ _MACROS = {
 }
 
 
-def _number(text: str) -> Optional[int]:
+def _number(text: str) -> int | None:
     """A whole number written in ASCII digits; None for anything else.  Long
     ones are read only as far as needed: Python refuses to convert 4,300 digits."""
     if not (text.isdigit() and text.isascii()):
@@ -534,11 +553,12 @@ def _values(item: str, spec: _FieldSpec) -> range | set[int]:
     body, slash, step_text = item.partition("/")
     step = 1
     if slash:
-        step = _number(step_text)
-        if not step:
+        number = _number(step_text)
+        if not number:
             raise _CronError(f"{_clip(item)!r}: the step must be a positive whole number")
-        if step > spec.size:
+        if number > spec.size:
             raise _CronError(f"{_clip(item)!r}: step {_clip(step_text, 12)} is larger than the {spec.name} field")
+        step = number
     if body in ("*", "?"):
         low, high = spec.low, spec.high
         if spec is _YEAR and slash:
@@ -582,7 +602,7 @@ def _month_shape(year: int, month: int) -> tuple[int, int]:
     return (first.weekday() + 1) % 7, length
 
 
-def _nearest_weekday(day: int, first: int, length: int) -> Optional[int]:
+def _nearest_weekday(day: int, first: int, length: int) -> int | None:
     """croner's ``nW``: the Monday to Friday nearest ``day`` without leaving
     its month (a Saturday 1st gives Monday the 3rd, a Sunday last day the
     Friday before); None in a month that has no such day."""
@@ -664,6 +684,12 @@ class _Days:
         return (by_date or by_weekday) if self.either else (by_date and by_weekday)
 
 
+class _CronTimes(Protocol):
+    """What is used of a croniter: the next matching time of day."""
+
+    def get_next(self, ret_type: type[datetime], start_time: datetime) -> datetime: ...
+
+
 class _Cron:
     """A validated cron expression, plus the DST rules.
 
@@ -703,13 +729,15 @@ class _Cron:
         self.years = None if year in ("*", "?") else [_values(item, _YEAR) for item in _items(year, _YEAR)]
         self.wildcard = _unrestricted(minute) or _unrestricted(hour)
         self._lock = threading.Lock()
-        self._times = None
-        self._memo: Optional[tuple[tuple[ZoneInfo, datetime], datetime]] = None
+        self._times: _CronTimes | None = None
+        self._memo: tuple[tuple[ZoneInfo, datetime], datetime] | None = None
 
     def bind(self) -> None:
         """Attach croniter and make sure the pattern ever fires."""
         try:
-            from croniter import croniter
+            # Imported by name: croniter ships no types, and this way the module type-checks
+            # whether or not a stub package for it is installed; _CronTimes is what is used of it.
+            croniter: Callable[..., _CronTimes] = importlib.import_module("croniter").croniter
         except ImportError:
             raise _CronError("periodic events need croniter (pip install croniter)", needs_croniter=True) from None
         try:
@@ -723,18 +751,21 @@ class _Cron:
 
     def match_after(self, wall: datetime) -> datetime:
         """The first naive local time strictly after ``wall`` that matches."""
+        times = self._times
+        if times is None:
+            raise RuntimeError("bind() comes first")  # _compile_cron binds every _Cron it makes
         with self._lock:
             for day in self._days_from(wall):
                 start = wall if day.date() == wall.date() else day - timedelta(seconds=1)
                 try:
-                    candidate = self._times.get_next(datetime, start_time=start)
+                    candidate = times.get_next(datetime, start_time=start)
                 except (ValueError, OverflowError):  # past the year 9999
                     break
                 if candidate.date() == day.date():
                     return candidate
         raise _CronError(f"it has no time after {wall:%Y-%m-%d %H:%M:%S}")
 
-    def _days_from(self, wall: datetime):
+    def _days_from(self, wall: datetime) -> Iterator[datetime]:
         """The matching days from ``wall``'s on, in order, as midnights.  The
         calendar repeats every 400 years, so a year in the same place of that
         cycle as one already searched in full is skipped: a pattern that
@@ -754,7 +785,7 @@ class _Cron:
         """The first instant strictly after ``after`` that matches in ``tz``.
         The last answer is kept: a start-up judges every file at one instant,
         and files share a handful of schedules."""
-        after = after.astimezone(timezone.utc)
+        after = after.astimezone(UTC)
         memo = self._memo
         if memo is not None and memo[0] == (tz, after):
             return memo[1]
@@ -780,7 +811,7 @@ class _Cron:
         if self.wildcard:
             candidate = self.match_after(second)
             if candidate < b:
-                repeat = (candidate - off1).replace(tzinfo=timezone.utc)
+                repeat = (candidate - off1).replace(tzinfo=UTC)
                 if after < repeat < best:
                     best = repeat
         return best
@@ -807,7 +838,7 @@ _US = timedelta(microseconds=1)
 
 
 def _utc(naive: datetime) -> datetime:
-    return naive.replace(tzinfo=timezone.utc)
+    return naive.replace(tzinfo=UTC)
 
 
 def _naive(instant: datetime) -> datetime:
@@ -818,7 +849,15 @@ def _offsets(tz: ZoneInfo, wall: datetime) -> tuple[timedelta, timedelta]:
     """UTC offsets of a naive wall time read as first and as second pass:
     equal for an ordinary time, off0 > off1 for a repeated one, off0 < off1
     for a time in a gap (PEP 495)."""
-    return (wall.replace(tzinfo=tz, fold=0).utcoffset(), wall.replace(tzinfo=tz, fold=1).utcoffset())
+    return (_utc_offset(wall.replace(tzinfo=tz, fold=0)), _utc_offset(wall.replace(tzinfo=tz, fold=1)))
+
+
+def _utc_offset(when: datetime) -> timedelta:
+    """An aware datetime's UTC offset (its zone, a ZoneInfo or a fixed offset, always gives one)."""
+    offset = when.utcoffset()
+    if offset is None:
+        raise ValueError(f"{when!r} is naive: it has no UTC offset")
+    return offset
 
 
 def _wall_instant(tz: ZoneInfo, wall: datetime) -> datetime:
@@ -843,7 +882,7 @@ def _transition(tz: ZoneInfo, low: datetime, high: datetime) -> datetime:
             hi = mid
         else:
             lo = mid
-    return datetime.fromtimestamp(hi, timezone.utc)
+    return datetime.fromtimestamp(hi, UTC)
 
 
 @lru_cache(maxsize=1024)
@@ -894,18 +933,18 @@ def _next_fire_ts(event: Event, now: float, mtime: float) -> float:
         after = now if begins is None else max(now, begins - 1e-6)
         try:
             due = _compile_cron(event.schedule).next_after(
-                _zone(event.timezone), datetime.fromtimestamp(after, timezone.utc)).timestamp()
+                _zone(event.timezone), datetime.fromtimestamp(after, UTC)).timestamp()
         except _CronError:
             return math.inf
     ends = _instant(event.until)
     return math.inf if ends is not None and due > ends or due >= _LAST_INSTANT else due
 
 
-_LAST_INSTANT = datetime(9999, 12, 31, tzinfo=timezone.utc).timestamp()  # datetime's end, with a day to spare
+_LAST_INSTANT = datetime(9999, 12, 31, tzinfo=UTC).timestamp()  # datetime's end, with a day to spare
 
 
 @lru_cache(maxsize=1024)
-def _instant(text: Optional[str]) -> Optional[float]:
+def _instant(text: str | None) -> float | None:
     """A valid ``start`` or ``until`` as a POSIX timestamp."""
     return None if text is None else datetime.fromisoformat(text).timestamp()
 
@@ -936,7 +975,7 @@ class _Startup:
     ``misfire_grace`` is the operator's grace for one-shots."""
 
     start: float
-    down_since: Optional[float]
+    down_since: float | None
     stale_before: float
     misfire_grace: float
 
@@ -957,15 +996,15 @@ class _Verdict:
     occurrences (``missed``) and catch up the latest (``catch_up``, late)."""
 
     action: str
-    due: Optional[float] = None
-    late: Optional[float] = None
+    due: float | None = None
+    late: float | None = None
     reason: str = ""
     outcome: str = ""
     missed: int = 0
-    catch_up: Optional[float] = None
+    catch_up: float | None = None
 
 
-def _down_since(trace: Optional[tuple[float, bool]], now: float) -> Optional[float]:
+def _down_since(trace: tuple[float, bool] | None, now: float) -> float | None:
     """Since when no harness ran, by the lock file's ``trace`` (the last
     sign of life, and whether it was a clean stop): a harness that died may
     have lived a beat longer.  A trace from the future (a clock stepped
@@ -980,7 +1019,7 @@ def _down_since(trace: Optional[tuple[float, bool]], now: float) -> Optional[flo
     return min(now, seen if clean else seen + _DIED_WITHIN)
 
 
-def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup]) -> _Verdict:
+def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) -> _Verdict:
     """The fate of a valid ``event`` whose file, modified at ``mtime_ns``, is
     read at ``now``: by a first look (``startup``), or by a harness that was
     running when the file appeared (None; what --check assumes)."""
@@ -988,7 +1027,8 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup])
         # Only a first look judges staleness: a file that appears later
         # always runs, whatever mtime mv or cp -p gave it.
         if startup is not None and startup.stale(mtime_ns):
-            return _Verdict("drop", outcome="stale", reason="immediate event written while no harness was running (stale)")
+            return _Verdict("drop", outcome="stale",
+                            reason="immediate event written while no harness was running (stale)")
         return _Verdict("run")
     if event.type == "periodic":
         due = _next_fire_ts(event, now, mtime_ns / 1e9)
@@ -1014,14 +1054,16 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: Optional[_Startup])
         if due < startup.down_since:
             return _Verdict("run", due, now - due, f"one-shot was due at {event.at}, while a harness was running")
         if startup.start - due <= _TAKEOVER_GRACE:
-            return _Verdict("run", due, now - due, f"one-shot was due at {event.at}, just before this harness took over")
+            return _Verdict("run", due, now - due,
+                            f"one-shot was due at {event.at}, just before this harness took over")
     if startup.misfire_grace > 0 and now - due <= startup.misfire_grace:
         return _Verdict("run", due, now - due,
                         f"one-shot was due at {event.at}, {now - due:.0f} s before start-up (misfire grace)")
-    return _Verdict("drop", due, outcome="missed", reason=f"one-shot was due at {event.at} while no harness was running")
+    return _Verdict("drop", due, outcome="missed",
+                    reason=f"one-shot was due at {event.at} while no harness was running")
 
 
-def _missed(event: Event, since: float, until: float, mtime: float) -> tuple[int, Optional[float]]:
+def _missed(event: Event, since: float, until: float, mtime: float) -> tuple[int, float | None]:
     """How many occurrences of a periodic event fell due in [since, until)
     (counted up to _MISSED_COUNT), and the latest of them."""
     count, latest, after = 0, None, since - 1e-3
@@ -1051,7 +1093,7 @@ def _missed_notice(event: Event, due: float, startup: _Startup) -> Event:
     return Event(event.filename, "missed", event.channel_id, text, at=event.at)
 
 
-def _aware(event: Event, due: Optional[float]) -> Optional[datetime]:
+def _aware(event: Event, due: float | None) -> datetime | None:
     """An occurrence's due time as the agent reads it: at the one-shot's own
     offset, in the periodic event's timezone."""
     if due is None or math.isinf(due):
@@ -1074,13 +1116,19 @@ def _is_event_name(name: str) -> bool:
     return name.endswith(".json") and not name.startswith(".")
 
 
+# A regular file's stat signature: (inode, device, size, mtime_ns, ctime_ns).
+_Sig: TypeAlias = tuple[int, int, int, int, int]
+# A directory's identity: (device, inode).
+_DirId: TypeAlias = tuple[int, int]
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     """What a scan saw of one name.  ``sig`` is the stat signature of a regular
     file (links followed): inode, device, size, mtime, ctime.  Anything else
     has no signature, and ``kind`` says what it is."""
 
-    sig: Optional[tuple]
+    sig: _Sig | None
     kind: str = "regular file"
 
     @property
@@ -1088,7 +1136,7 @@ class _Entry:
         return self.sig[3] if self.sig else 0
 
 
-def _signature(st: os.stat_result) -> tuple:
+def _signature(st: os.stat_result) -> _Sig:
     return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
@@ -1100,7 +1148,7 @@ def _describe(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "special file")
 
 
-def _stat_entry(path: str) -> Optional[_Entry]:
+def _stat_entry(path: str) -> _Entry | None:
     """Stat one name without opening it; None when it has vanished."""
     try:
         st = os.stat(path)
@@ -1149,11 +1197,11 @@ def _sweep_batch(known: int, stat_cost: float, interval: float) -> int:
 class _Diff:
     """What a scan found changed: names to read again, and names gone."""
 
-    changed: list
-    deleted: list
+    changed: list[str]
+    deleted: list[str]
 
 
-def _diff(old: dict[str, _Entry], seen: dict[str, Optional[_Entry]]) -> _Diff:
+def _diff(old: dict[str, _Entry], seen: dict[str, _Entry | None]) -> _Diff:
     """``seen`` maps the names looked at to what they are now (None: gone)."""
     return _Diff(
         changed=[name for name, entry in seen.items() if entry is not None and old.get(name) != entry],
@@ -1170,7 +1218,7 @@ def _ignored(name: str, kind: str) -> str:
     return f"{name}: ignored: it is a {kind}, not a regular file"
 
 
-def _read_file(path: str) -> tuple[bytes, tuple]:
+def _read_file(path: str) -> tuple[bytes, _Sig]:
     """Read at most 1 MiB + 1 byte; returns it with the signature of the file
     it came from, taken after reading.  What the harness remembers of a file
     must describe the bytes it read, not what a scan saw before (the writer
@@ -1220,7 +1268,7 @@ _HEARTBEAT = 1.0  # seconds
 _DIED_WITHIN = 2 * _HEARTBEAT
 
 
-def _directory_id(st: os.stat_result) -> tuple:
+def _directory_id(st: os.stat_result) -> _DirId:
     return (st.st_dev, st.st_ino)
 
 
@@ -1258,11 +1306,11 @@ class _DirectoryLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode() + rest, 0)
         if self.trace is not None:
             os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-        self._fd: Optional[int] = fd
+        self._fd: int | None = fd
         self._tracing = False
 
     @staticmethod
-    def _trace(fd: int) -> Optional[tuple[float, bool]]:
+    def _trace(fd: int) -> tuple[float, bool] | None:
         """When the previous holder was last alive, and whether it stopped
         cleanly then; None when unknown."""
         try:
@@ -1303,9 +1351,9 @@ class _Changes:
     order of mtime, then name; names gone; names that hold something other
     than a regular file now."""
 
-    changed: list
-    deleted: list
-    unusable: list
+    changed: list[tuple[str, _Sig]]
+    deleted: list[str]
+    unusable: list[str]
 
 
 class _Scanner:
@@ -1322,7 +1370,7 @@ class _Scanner:
         self._prefix = os.path.join(directory, "")
         self._snapshot: dict[str, _Entry] = {}
         self._listing: dict[str, int] = {}      # name -> inode, from the last listing
-        self._dir_key: Optional[tuple] = None   # the directory's (dev, inode, mtime) then
+        self._dir_key: tuple[int, int, int] | None = None   # the directory's (dev, inode, mtime) then
         self._dir_racy = False                  # listed too soon after its mtime to trust
         self._sweep_names: list[str] = []
         self._sweep_at = 0
@@ -1333,18 +1381,18 @@ class _Scanner:
         self._fresh: dict[str, int] = {}        # name -> digest of content read too soon to trust
         self._warned: dict[str, str] = {}       # non-regular names warned about -> what they were
         self._forgotten: deque[str] = deque()   # names to see as new (appended by any thread)
-        self._trouble: Optional[str] = None
+        self._trouble: str | None = None
         self.came_back = False                  # it could not be looked at for a while: a blind spell
-        self._lock: Optional[_DirectoryLock] = None
-        self._dir_fd: Optional[int] = None
-        self._dir_fd_id: Optional[tuple] = None
+        self._lock: _DirectoryLock | None = None
+        self._dir_fd: int | None = None
+        self._dir_fd_id: _DirId | None = None
 
     @property
     def in_trouble(self) -> bool:
         """The directory cannot be looked at now."""
         return self._trouble is not None
 
-    def lock(self) -> Optional[tuple[float, bool]]:
+    def lock(self) -> tuple[float, bool] | None:
         """Make the directory if missing and take its lock; returns when its
         previous holder was last alive and whether it stopped cleanly then,
         if known.  EventError names the process that holds it."""
@@ -1380,7 +1428,7 @@ class _Scanner:
         one's inode number and times (any thread)."""
         self._forgotten.append(name)
 
-    def note_read(self, name: str, digest: int, read_ns: int, sig: tuple) -> None:
+    def note_read(self, name: str, digest: int, read_ns: int, sig: _Sig) -> None:
         """Its content, whose file had ``sig``, was read from ``read_ns`` on.
         The snapshot takes ``sig``: a file completed after the scan saw it
         half-written is not a change still to come.  git's racy rule: read
@@ -1395,7 +1443,7 @@ class _Scanner:
         else:
             self._fresh.pop(name, None)
 
-    def scan(self, startup: bool = False) -> Optional[_Changes]:
+    def scan(self, startup: bool = False) -> _Changes | None:
         """Look at the directory as cheaply as the rules allow: one stat of it
         when its mtime says no name was created, deleted or renamed; a listing
         (and a stat of each new or replaced name) when it does, or when that
@@ -1431,7 +1479,7 @@ class _Scanner:
             self._recheck(changes.changed)
         return changes
 
-    def _look(self, startup: bool) -> Optional[dict[str, Optional[_Entry]]]:
+    def _look(self, startup: bool) -> dict[str, _Entry | None] | None:
         """The names looked at and what each is now (None: gone)."""
         dir_st = os.stat(self.directory)
         if not stat.S_ISDIR(dir_st.st_mode):
@@ -1443,7 +1491,7 @@ class _Scanner:
             self._open_dir()
         prefix = self._prefix
         key = (dir_st.st_dev, dir_st.st_ino, dir_st.st_mtime_ns)
-        seen: dict[str, Optional[_Entry]] = {}
+        seen: dict[str, _Entry | None] = {}
         if startup or key != self._dir_key or self._dir_racy or not _FAST_SCAN:
             seen_ns = time.time_ns()
             listing = _list(self.directory)
@@ -1457,7 +1505,7 @@ class _Scanner:
             self._sweep(prefix, seen)
         return seen
 
-    def _sweep(self, prefix: str, seen: dict[str, Optional[_Entry]]) -> None:
+    def _sweep(self, prefix: str, seen: dict[str, _Entry | None]) -> None:
         """Stat the next few known files, round robin, for rewrites in place."""
         self._ticks += 1
         if self._ticks % self._sweep_every:
@@ -1489,7 +1537,7 @@ class _Scanner:
         self._sweep_at = at
         self._stat_cost = 0.7 * self._stat_cost + 0.3 * (time.perf_counter() - started) / count
 
-    def _changes(self, seen: dict[str, Optional[_Entry]]) -> _Changes:
+    def _changes(self, seen: dict[str, _Entry | None]) -> _Changes:
         """Take what was seen into the snapshot; a non-regular entry gets one
         warning until it changes."""
         diff = _diff(self._snapshot, seen)
@@ -1497,9 +1545,11 @@ class _Scanner:
             del self._snapshot[name]
             self._fresh.pop(name, None)
             self._warned.pop(name, None)
-        changed, unusable = [], []
-        for name in sorted(diff.changed, key=lambda n: (seen[n].mtime_ns, n)):
-            entry = self._snapshot[name] = seen[name]
+        changed: list[tuple[str, _Sig]] = []
+        unusable: list[str] = []
+        found = {name: entry for name in diff.changed if (entry := seen[name]) is not None}  # all: _diff's rule
+        for name, entry in sorted(found.items(), key=lambda item: (item[1].mtime_ns, item[0])):
+            self._snapshot[name] = entry
             self._fresh.pop(name, None)
             if entry.sig is not None:
                 self._warned.pop(name, None)
@@ -1511,7 +1561,7 @@ class _Scanner:
                 log.warning("%s", _ignored(name, entry.kind))
         return _Changes(changed, diff.deleted, unusable)
 
-    def _recheck(self, changed: list) -> None:
+    def _recheck(self, changed: list[tuple[str, _Sig]]) -> None:
         """Read the racy contents again; one that differs is changed."""
         for name, digest in list(self._fresh.items()):
             entry = self._snapshot.get(name)
@@ -1530,7 +1580,7 @@ class _Scanner:
             elif not _is_racy(read_ns, entry.mtime_ns):
                 del self._fresh[name]
 
-    def _relock(self, dir_id: tuple) -> bool:
+    def _relock(self, dir_id: _DirId) -> bool:
         """A directory deleted and made again is a new directory: take its lock
         before handling any file in it.  False: do not look at it now."""
         if self._lock is None or dir_id == self._lock.directory_id:
@@ -1565,13 +1615,13 @@ class _Schedule:
     lie (compacted away when they pile up).  No I/O and no clock of its own:
     every decision takes ``now``."""
 
-    def __init__(self):
-        self._heap: list = []
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str, int, str]] = []  # (due, seq, name, generation, action)
         self._seq = itertools.count()
         self._generations = itertools.count(1)
         self._live: dict[str, int] = {}       # name -> its current generation
         self._firing: dict[str, float] = {}   # name -> when its next firing is due
-        self._anchor: Optional[tuple] = None  # (wall, monotonic) at the last wake
+        self._anchor: tuple[float, float] | None = None  # (wall, monotonic) at the last wake
 
     def renew(self, name: str) -> int:
         """Cancel everything pending for ``name``; returns its new generation."""
@@ -1584,10 +1634,10 @@ class _Schedule:
         self._live.pop(name, None)
         self._firing.pop(name, None)
 
-    def generation(self, name: str) -> Optional[int]:
+    def generation(self, name: str) -> int | None:
         return self._live.get(name)
 
-    def due(self, name: str) -> Optional[float]:
+    def due(self, name: str) -> float | None:
         """When ``name`` fires next, if a firing is scheduled."""
         return self._firing.get(name)
 
@@ -1602,12 +1652,12 @@ class _Schedule:
         if len(self._heap) > 2 * len(self._live) + 64:
             self._compact()
 
-    def next_due(self) -> Optional[tuple[float, str]]:
+    def next_due(self) -> tuple[float, str] | None:
         """The earliest entry's due time and action (it may be dead: waking
         for it early is harmless)."""
         return (self._heap[0][0], self._heap[0][4]) if self._heap else None
 
-    def pop_due(self, now: float):
+    def pop_due(self, now: float) -> Iterator[tuple[float, str, str]]:
         """Yield ``(due, name, action)`` for each live entry due at ``now``,
         earliest first; entries pushed meanwhile are seen if due too."""
         heap, live = self._heap, self._live
@@ -1655,13 +1705,20 @@ class _Job:
     """One run on a channel's queue: an event occurrence or a submitted fn."""
 
     channel: str
-    event: Optional[Event] = None
-    fn: Optional[Callable[[], object]] = None
-    generation: Optional[int] = None  # its file's generation when it was queued
+    event: Event | None = None
+    fn: Callable[[], object] | None = None
+    generation: int | None = None  # its file's generation when it was queued
     final: bool = False               # its file is deleted once it has run
-    sig: Optional[tuple] = None
-    digest: Optional[int] = None
-    due: Optional[float] = None       # the occurrence's due time, for the history
+    sig: _Sig | None = None
+    digest: int | None = None
+    due: float | None = None       # the occurrence's due time, for the history
+
+    @property
+    def occurrence(self) -> Event:
+        """The event of a job the files queued (a submitted function's job has none)."""
+        if self.event is None:
+            raise TypeError(f"a job on channel {self.channel} runs a function, not an event")
+        return self.event
 
 
 @dataclass(eq=False, slots=True)
@@ -1670,9 +1727,9 @@ class _Channel:
     waits and none runs; a pool worker then takes its next job."""
 
     id: str
-    waiting: deque = field(default_factory=deque)
-    running: Optional[_Job] = None
-    thread: Optional[int] = None      # ident of the thread running its job
+    waiting: deque[_Job] = field(default_factory=deque)
+    running: _Job | None = None
+    thread: int | None = None      # ident of the thread running its job
     ready: bool = False
 
 
@@ -1681,11 +1738,16 @@ class _Interrupted(Exception):
     run to its end, so its file is kept for the next start."""
 
 
-def _is_async(fn) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+def _is_async(fn: object) -> bool:
+    # B004 is about testing callability; this reads an instance's __call__ to see whether it is async.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
-async def _awaited(awaitable):
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+
+
+async def _awaited(awaitable: Awaitable[_T]) -> _T:
     return await awaitable
 
 
@@ -1708,7 +1770,7 @@ class _Channels:
     do costs nothing (``_retire``)."""
 
     def __init__(self, perform: Callable[[_Job], None], max_queued: int, on_lost_loop: Callable[[], None]):
-        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._perform = perform
         self._max_queued = max_queued
         self._on_lost_loop = on_lost_loop
@@ -1795,7 +1857,7 @@ class _Channels:
             self._work.notify_all()
             return dropped
 
-    def wait(self, timeout: Optional[float]) -> list[str]:
+    def wait(self, timeout: float | None) -> list[str]:
         """Wait up to ``timeout`` (None: for good) for running jobs; the
         channels still running then.  A job that calls this (a callback
         stopping the watcher) is not waited for."""
@@ -1824,9 +1886,9 @@ class _Channels:
         """Forget a channel with nothing running, waiting or ready; the next
         job for its ID makes it anew.  A ready one is left to the worker that
         takes it from the ready queue, so that one ID never has two."""
-        if channel.running is None and not channel.waiting and not channel.ready:
-            if self._queues.get(channel.id) is channel:
-                del self._queues[channel.id]
+        if (channel.running is None and not channel.waiting and not channel.ready
+                and self._queues.get(channel.id) is channel):
+            del self._queues[channel.id]
 
     def _kick(self, channel: _Channel) -> None:
         """A job waits on the channel: make it ready, unless one of its jobs
@@ -1839,7 +1901,7 @@ class _Channels:
 
     # -- the worker pool ---------------------------------------------------------
 
-    def staff(self) -> Optional[float]:
+    def staff(self) -> float | None:
         """``_staff`` for the scheduler's tick: when to look again, if needed."""
         if not self._ready:  # the idle tick takes no lock
             return None
@@ -1852,7 +1914,7 @@ class _Channels:
             if not (self._idle or self._starting or self._closed):
                 self._start_worker()
 
-    def _staff(self) -> Optional[float]:
+    def _staff(self) -> float | None:
         """Give ready channels a worker: wake an idle one, or start one when
         there is none, or when every worker's callback has run longer than
         _SPAWN_AFTER.  Returns when to look again (monotonic), if needed."""
@@ -1942,7 +2004,7 @@ class _Channels:
 
     # -- the bridge to a coroutine's event loop ------------------------------------
 
-    def call(self, fn: Callable, *args) -> object:
+    def call(self, fn: Callable[..., object], *args: object) -> object:
         """Call a callback on this worker thread; if it gives a coroutine, run
         that on the loop and wait here, so the channel's next job waits too."""
         result = fn(*args)
@@ -1989,12 +2051,12 @@ class _Channels:
 # The history: one JSON line per outcome, for the agent and its operator
 # ---------------------------------------------------------------------------
 
-def _iso(timestamp: Optional[float], timespec: str = "milliseconds") -> Optional[str]:
+def _iso(timestamp: float | None, timespec: str = "milliseconds") -> str | None:
     """A POSIX timestamp in local time with its offset, in UTC where local
     time would leave years 1-9999, or as a number beyond; None stays None."""
     if timestamp is None:
         return None
-    for zone in (None, timezone.utc):
+    for zone in (None, UTC):
         try:
             return datetime.fromtimestamp(timestamp, zone).astimezone(zone).isoformat(timespec=timespec)
         except (OverflowError, ValueError, OSError):
@@ -2013,21 +2075,22 @@ class _History:
     followed by the rest; when that fails, the fragment written stays alone
     on its own line, which readers skip as unparseable."""
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
-        self._fd: Optional[int] = None
-        self._id: Optional[tuple] = None
+        self._fd: int | None = None
+        self._id: _DirId | None = None  # the file's (device, inode)
         self._broken = False
         self._torn = False  # the file ends in a fragment of a line
 
-    def record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
+    def record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
         """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
         try:
-            entry = {"time": _iso(time.time()), "filename": filename,
-                     "type": event.type if event else None, "channelId": event.channel_id if event else None,
-                     "outcome": outcome}
-            entry.update((key, _iso(value) if key.endswith("At") else value)
+            entry: dict[str, object] = {
+                "time": _iso(time.time()), "filename": filename,
+                "type": event.type if event else None, "channelId": event.channel_id if event else None,
+                "outcome": outcome}
+            entry.update((key, _iso(value) if key.endswith("At") and not isinstance(value, str) else value)
                          for key, value in fields.items() if value is not None)
             data = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape")
         except Exception as exc:  # that line's alone: never the event's
@@ -2035,9 +2098,10 @@ class _History:
             return
         with self._lock:
             try:
-                if self._fd is None or self._rotated():
-                    self._open()
-                self._append(data)
+                fd = self._fd
+                if fd is None or self._rotated():
+                    fd = self._open()
+                self._append(fd, data)
             except OSError as exc:
                 self._close()
                 if not self._broken:
@@ -2049,12 +2113,12 @@ class _History:
                 log.warning("the history %s is written again", self.path)
                 self._broken = False
 
-    def _append(self, line: bytes) -> None:
+    def _append(self, fd: int, line: bytes) -> None:
         """Write all of ``line``; after a fragment, start on a new line.  A
         failure closes the file, and opening it again looks at its end."""
         rest = memoryview(b"\n" + line if self._torn else line)
         while rest:
-            written = os.write(self._fd, rest)
+            written = os.write(fd, rest)
             if not written:
                 raise OSError("nothing was written")
             rest = rest[written:]
@@ -2067,7 +2131,7 @@ class _History:
             return True
         return (st.st_dev, st.st_ino) != self._id
 
-    def _open(self) -> None:
+    def _open(self) -> int:
         self._close()
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         st = os.fstat(fd)
@@ -2076,6 +2140,7 @@ class _History:
         except OSError:
             self._torn = False
         self._fd, self._id = fd, (st.st_dev, st.st_ino)
+        return fd
 
     def close(self) -> None:
         """Let the file go (a later record opens it again)."""
@@ -2088,10 +2153,10 @@ class _History:
             self._fd = None
 
 
-def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict]:
+def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict[str, object]]:
     """Each file's last history entry, from the last ``limit`` bytes; the
     lines of a notice's run (rejected, missed) are not its file's outcome."""
-    last: dict[str, dict] = {}
+    last: dict[str, dict[str, object]] = {}
     with open(path, "rb") as file:
         file.seek(0, os.SEEK_END)
         size = file.tell()
@@ -2119,15 +2184,22 @@ class _File:
     """What the watcher knows of one event file."""
 
     name: str
-    sig: Optional[tuple] = None
-    digest: Optional[int] = None
-    event: Optional[Event] = None
+    sig: _Sig                         # the stat signature of what was read last (or, before that, seen)
+    digest: int | None = None
+    event: Event | None = None
     attempts: int = 0                 # parse retries so far
-    first_look: Optional[_Startup] = None  # found by a first look (start-up, after a blind spell)
-    queued: Optional[_Job] = None     # its last occurrence put on a queue (it may have started since)
+    first_look: _Startup | None = None  # found by a first look (start-up, after a blind spell)
+    queued: _Job | None = None     # its last occurrence put on a queue (it may have started since)
     quiet: bool = False               # its problem was logged; silent until it changes
     ignored: set[str] = field(default_factory=set)  # unknown fields said in the log
     spent: bool = False               # ran or was dropped, but could not be deleted
+
+    @property
+    def parsed(self) -> Event:
+        """Its valid event: what was scheduled or queued for it has one."""
+        if self.event is None:
+            raise TypeError(f"{self.name} has no valid event")
+        return self.event
 
 
 def _log_error(event: Event, exc: BaseException) -> None:
@@ -2146,8 +2218,9 @@ class _Files:
     history lines and reports the finished run through ``_finished``, which
     the writer takes in (``settle``)."""
 
-    def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: Optional[_History],
-                 handler: Callable, on_error: Callable, max_queued: int, notify: bool):
+    def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: _History | None,
+                 handler: Callable[[Event], object], on_error: Callable[[Event, BaseException], object],
+                 max_queued: int, notify: bool) -> None:
         self.directory = directory
         self.schedule = _Schedule()
         self.history = history
@@ -2160,7 +2233,7 @@ class _Files:
         self._notify = notify
         self._finished: deque[_Job] = deque()  # appended by workers, taken in by the writer
 
-    def apply(self, changes: _Changes, now: float, first_look: Optional[_Startup] = None) -> None:
+    def apply(self, changes: _Changes, now: float, first_look: _Startup | None = None) -> None:
         """Act on what a scan found, each file on its own; ``first_look``: the
         scan was the first look at the directory in a while."""
         for name in changes.deleted:
@@ -2189,13 +2262,13 @@ class _Files:
         """Take in the runs the workers finished: delete their files."""
         while self._finished:
             job = self._finished.popleft()
-            self._guarded(job.event.filename, self._delete_after_run, job)
+            self._guarded(job.occurrence.filename, self._delete_after_run, job)
 
-    def _changed(self, name: str, sig: tuple, now: float, first_look: Optional[_Startup] = None) -> None:
+    def _changed(self, name: str, sig: _Sig, now: float, first_look: _Startup | None = None) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
         f = self._known.get(name)
         if f is None:
-            f = self._known[name] = _File(name)
+            f = self._known[name] = _File(name, sig)
         self._cancel(f, "file changed")
         f.sig, f.attempts, f.quiet, f.first_look = sig, 0, False, first_look
         self._load(f, now)
@@ -2222,7 +2295,7 @@ class _Files:
         f.sig, f.digest = sig, digest
         self._scanner.note_read(f.name, digest, read_ns, sig)
         try:
-            f.event, ignored = _parse(data, f.name)
+            event, ignored = _parse(data, f.name)
         except _NeedsCroniter as exc:
             f.event = None
             if not f.quiet:
@@ -2234,11 +2307,11 @@ class _Files:
             f.event = None
             self._retry_later(f, now, exc, data)
             return
-        f.attempts = 0
+        f.event, f.attempts = event, 0
         if ignored and set(ignored) != f.ignored:  # said once per file, until the set changes
             log.info("%s: %s", f.name, _unknown_fields(ignored))
         f.ignored = set(ignored)
-        self._plan(f, now, data)
+        self._plan(f, event, now, data)
 
     def _retry_later(self, f: _File, now: float, exc: EventError, data: bytes) -> None:
         """The writer may be mid-write: retry after 100, 200 and 400 ms."""
@@ -2250,7 +2323,7 @@ class _Files:
             return
         self._invalid(f, exc.reason, data)
 
-    def _invalid(self, f: _File, reason: str, data: Optional[bytes] = None) -> None:
+    def _invalid(self, f: _File, reason: str, data: bytes | None = None) -> None:
         """Give up on the file: it is not an event the harness can run.  It is
         kept, unchanged, as NAME.json.rejected for the agent to fix and move
         back (deleted if it cannot be renamed), and the agent is told on the
@@ -2273,7 +2346,7 @@ class _Files:
         except OSError as exc:
             log.error("%s: %s; cannot rename it to %s (%s), so deleting it",
                       f.name, reason, rejected, exc.strerror or exc)
-            fate: Optional[str] = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
+            fate: str | None = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
             if not self._unlink_taken(f, taken):
                 fate = None  # it said why; it never runs in this process
         else:
@@ -2284,7 +2357,7 @@ class _Files:
         if fate is not None:
             self._tell(_rejected_event(f.name, reason, written, fate))
 
-    def _guarded(self, name: str, step: Callable, *args) -> None:
+    def _guarded(self, name: str, step: Callable[[*_Ts], None], *args: *_Ts) -> None:
         """One file's step.  An unexpected error in it is that file's alone:
         logged once with its name, and the file is treated as invalid, while
         the other files of the same scan, heap or queue go on."""
@@ -2305,9 +2378,8 @@ class _Files:
                 self._cancel(f)
                 f.spent, f.event = True, None
 
-    def _plan(self, f: _File, now: float, data: bytes) -> None:
+    def _plan(self, f: _File, event: Event, now: float, data: bytes) -> None:
         """A valid event (``data``, just read): act on the judge's verdict."""
-        event = f.event
         verdict = _judge(event, f.sig[3], now, f.first_look)
         if verdict.missed:  # a periodic event's occurrences that fell in a downtime
             count = f"{verdict.missed}{' or more' if verdict.missed >= _MISSED_COUNT else ''}"
@@ -2320,6 +2392,7 @@ class _Files:
         if verdict.action == "schedule":
             if verdict.catch_up is not None:
                 self._enqueue(f, verdict.catch_up, verdict.late, final=False)
+            assert verdict.due is not None  # the judge's contract: "schedule" says when
             self.schedule.push(f.name, verdict.due)
         elif verdict.action == "run":  # once, and the file goes (a periodic's last, caught up)
             if verdict.late is not None:
@@ -2331,12 +2404,15 @@ class _Files:
             log.info("%s: %s; deleting it without running", f.name, verdict.reason)
             self._record(verdict.outcome, f.name, event, dueAt=verdict.due)
             if self._delete(f) and verdict.outcome == "missed":
+                # the judge's contract: only a first look misses, and what was missed was due
+                assert verdict.due is not None and f.first_look is not None
                 self._tell(_missed_notice(event, verdict.due, f.first_look))
 
     def _fire(self, f: _File, due: float, now: float) -> None:
-        final = f.event.type != "periodic"
+        event = f.parsed
+        final = event.type != "periodic"
         if not final:
-            after = _next_fire_ts(f.event, now, f.sig[3] / 1e9)  # from now: no catch-up
+            after = _next_fire_ts(event, now, f.sig[3] / 1e9)  # from now: no catch-up
             final = math.isinf(after)
             if final:
                 log.info("%s: this is its last occurrence; the file is deleted once it has run", f.name)
@@ -2344,12 +2420,12 @@ class _Files:
                 self.schedule.push(f.name, after)
         self._enqueue(f, due, now - due if now - due >= _LATE else None, final)  # late: the clock stepped, or it slept
 
-    def _enqueue(self, f: _File, due: Optional[float], late: Optional[float] = None,
-                 final: Optional[bool] = None) -> None:
+    def _enqueue(self, f: _File, due: float | None, late: float | None = None,
+                 final: bool | None = None) -> None:
         """Put an occurrence of the file's event, due at ``due``, on its
         channel's queue, unless the previous one still waits there.  After
         the ``final`` one has run, the file is deleted."""
-        event = f.event
+        event = f.parsed
         final = event.type != "periodic" if final is None else final
         if f.queued is not None and self._channels.is_waiting(f.queued):
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
@@ -2366,7 +2442,7 @@ class _Files:
         elif outcome == "full" and final and self._delete(f) and event.type == "periodic":
             self._record("ended", f.name, event, detail="its last occurrence was discarded: the queue was full")
 
-    def _tell(self, notice: Optional[Event]) -> None:
+    def _tell(self, notice: Event | None) -> None:
         """A notice to the agent about one of its files (rejected, missed):
         on the channel the file names, unless notices are turned off."""
         if notice is not None and self._notify:
@@ -2376,7 +2452,7 @@ class _Files:
         """Onto its channel's queue: "queued", "full" (discarded, and said
         so) or "closed" (the watcher stops: nothing is queued or recorded,
         and the file stays for the next start)."""
-        event = job.event
+        event = job.occurrence
         outcome = self._channels.put(job, lambda: self._record("queued", event.filename, event, dueAt=job.due))
         if outcome == "full":
             log.warning("%s: channel %s already has %d events waiting; discarding this %s",
@@ -2386,18 +2462,18 @@ class _Files:
                          detail=f"{self._max_queued} events already waiting on the channel")
         return outcome
 
-    def _cancel(self, f: _File, why: Optional[str] = None) -> None:
+    def _cancel(self, f: _File, why: str | None = None) -> None:
         """Kill its schedule entries and its occurrence waiting in a queue;
         with ``why``, what was pending goes to the history as cancelled."""
-        due = self.schedule.due(f.name)
-        withdrawn = f.queued is not None and self._channels.withdraw(f.queued)
+        due, queued = self.schedule.due(f.name), f.queued
+        withdrawn = queued is not None and self._channels.withdraw(queued)
         if why and f.event is not None and (due is not None or withdrawn):
-            self._record("cancelled", f.name, f.event, dueAt=due or f.queued.due,
+            self._record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
                          detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
         self.schedule.renew(f.name)
         f.queued = None
 
-    def _forget(self, name: str, why: Optional[str] = None) -> None:
+    def _forget(self, name: str, why: str | None = None) -> None:
         """The file is gone (or is no longer a regular file)."""
         f = self._known.pop(name, None)
         if f is not None:
@@ -2416,7 +2492,7 @@ class _Files:
     def perform(self, job: _Job) -> None:
         """A worker runs one occurrence: the handler (on_error if it raised)
         and its history lines; its file is the writer's to delete."""
-        event = job.event
+        event = job.occurrence
         self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
         started = time.time()
         finished, error = self._execute(job)
@@ -2425,11 +2501,11 @@ class _Files:
         if finished and job.final:
             self._finished.append(job)
 
-    def _execute(self, job: _Job) -> tuple[bool, Optional[str]]:
+    def _execute(self, job: _Job) -> tuple[bool, str | None]:
         """Run the handler; whatever it raises goes to on_error, never further.
         Returns whether it ran to its end (not when cut short at shutdown:
         then its file stays) and what went wrong, in one line, if anything."""
-        event = job.event
+        event = job.occurrence
         try:
             self._channels.call(self._handler, event)
         except _Interrupted as exc:
@@ -2449,13 +2525,14 @@ class _Files:
         """An immediate, a one-shot or a periodic event's last occurrence is
         deleted once it ran, unless the file changed meanwhile: then its new
         content is a new event."""
-        f = self._known.get(job.event.filename)
+        ran = job.occurrence
+        f = self._known.get(ran.filename)
         if f is not None and self.schedule.generation(f.name) == job.generation:
             event = f.event
-            if self._delete(f, job.sig, job.digest) and job.event.type == "periodic":
+            if self._delete(f, job.sig, job.digest) and ran.type == "periodic":
                 self._record("ended", f.name, event, detail="its last occurrence has run")
 
-    def _delete(self, f: _File, sig: Optional[tuple] = None, digest: Optional[int] = None) -> bool:
+    def _delete(self, f: _File, sig: _Sig | None = None, digest: int | None = None) -> bool:
         """Delete the file judged (``sig`` and ``digest``; by default, what
         was read last).  False when it cannot be deleted: logged once, and it
         never runs again in this process."""
@@ -2465,7 +2542,7 @@ class _Files:
             return self._undeletable(f, exc)
         return taken is None or self._unlink_taken(f, taken)
 
-    def _take(self, f: _File, sig: tuple, digest: Optional[int]) -> Optional[str]:
+    def _take(self, f: _File, sig: _Sig, digest: int | None) -> str | None:
         """Act on the file judged, not on whatever has its name now: check
         that the name still holds it (its whole signature; its content too
         while its mtime is too recent to trust), move it to a private name (a
@@ -2496,7 +2573,7 @@ class _Files:
         return None
 
     @staticmethod
-    def _still(path: str, sig: tuple, digest: Optional[int]) -> bool:
+    def _still(path: str, sig: _Sig, digest: int | None) -> bool:
         """Does ``path`` still hold the file judged?"""
         st = os.stat(path)
         if _signature(st) != sig:
@@ -2546,7 +2623,7 @@ class _Files:
         self._forget(name)
         self._scanner.forget(name)
 
-    def _record(self, outcome: str, filename: str, event: Optional[Event] = None, **fields) -> None:
+    def _record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
         """History, if kept; costs one call when not (it runs on the firing path)."""
         if self.history is not None:
             self.history.record(outcome, filename, event, **fields)
@@ -2578,13 +2655,13 @@ class EventsWatcher:
     the wall-clock time as a POSIX timestamp.
     """
 
-    def __init__(self, events_dir, handler: Callable[[Event], object],
-                 on_error: Optional[Callable[[Event, BaseException], object]] = None,
+    def __init__(self, events_dir: str | os.PathLike[str], handler: Callable[[Event], object],
+                 on_error: Callable[[Event, BaseException], object] | None = None,
                  poll_interval: float = 0.04, max_queued: int = 5,
                  clock: Callable[[], float] = time.time,
-                 loop: Optional[asyncio.AbstractEventLoop] = None, history=None, misfire_grace: float = 0,
-                 on_halt: Optional[Callable[[str], object]] = None, standby: bool = False,
-                 notify: bool = True, notify_rejected: bool = True):
+                 loop: asyncio.AbstractEventLoop | None = None, history: str | os.PathLike[str] | None = None,
+                 misfire_grace: float = 0, on_halt: Callable[[str], object] | None = None, standby: bool = False,
+                 notify: bool = True, notify_rejected: bool = True) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
         if on_error is not None and not callable(on_error):
@@ -2608,11 +2685,11 @@ class EventsWatcher:
                              handler, on_error or _log_error, max_queued, notify and notify_rejected)
         self._schedule = self._files.schedule
         self._misfire_grace = misfire_grace
-        self._first_look: Optional[_Startup] = None  # until a look at the directory succeeds
-        self._looked_at: Optional[float] = None      # the last time one did
+        self._first_look: _Startup | None = None  # until a look at the directory succeeds
+        self._looked_at: float | None = None      # the last time one did
         self._life = threading.RLock()  # start() and the beginning of the end, one at a time
-        self._thread: Optional[threading.Thread] = None  # the scheduler (or standby) thread
-        self._closer: Optional[threading.Thread] = None  # the last writer: lets the directory go
+        self._thread: threading.Thread | None = None  # the scheduler (or standby) thread
+        self._closer: threading.Thread | None = None  # the last writer: lets the directory go
         self._wake = threading.Event()  # set when stopping: a standby's wait ends at once
         self._stopping = False
         self._standby = standby
@@ -2620,7 +2697,7 @@ class EventsWatcher:
 
     # -- public API ---------------------------------------------------------
 
-    def start(self) -> "EventsWatcher":
+    def start(self) -> EventsWatcher:
         """Take the directory's lock, scan it, act on what is there, and start
         the scheduler thread.  Returns once the start-up scan is done.  Raises
         EventError naming the process when another harness watches it."""
@@ -2676,18 +2753,18 @@ class EventsWatcher:
         last of them has ended and its file is deleted (or kept): a standby
         never runs a file whose run is still going on."""
         deadline = time.monotonic() + timeout
-        self._begin_closing()
+        closer = self._begin_closing()
         busy = self._channels.wait(timeout)
         me = threading.current_thread()
         if not busy and me is not self._thread and not self._channels.in_job():
             # The closer waits for the scheduler thread's nap to end, then lets the directory go.
-            self._closer.join(max(deadline - time.monotonic(), 2 * _NAP))
+            closer.join(max(deadline - time.monotonic(), 2 * _NAP))
         return busy
 
-    def __enter__(self) -> "EventsWatcher":
+    def __enter__(self) -> EventsWatcher:
         return self.start()
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     async def astop(self, timeout: float = 30) -> list[str]:
@@ -2696,20 +2773,20 @@ class EventsWatcher:
         import asyncio
         return await asyncio.to_thread(self.stop, timeout)
 
-    async def __aenter__(self) -> "EventsWatcher":
+    async def __aenter__(self) -> EventsWatcher:
         import asyncio
         if self._channels.loop is None:
             self._channels.loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.start)  # the start-up scan reads files: not on the loop
         return self
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.astop()
 
     # -- the scheduler thread -----------------------------------------------
 
-    def _startup(self, now: float, trace: Optional[tuple[float, bool]],
-                 waiting_since: Optional[float] = None) -> None:
+    def _startup(self, now: float, trace: tuple[float, bool] | None,
+                 waiting_since: float | None = None) -> None:
         """The start-up: every start is a takeover from the harness whose
         ``trace`` the lock file kept (None: unknown; then an immediate
         written before the start, or before a standby began waiting, is
@@ -2745,7 +2822,7 @@ class EventsWatcher:
             self._run()
             return
 
-    def _tick(self, now: float, poll: bool = True) -> Optional[tuple[float, str]]:
+    def _tick(self, now: float, poll: bool = True) -> tuple[float, str] | None:
         """One step of the scheduler on wall-clock ``now``: take in the runs
         that finished, look at the directory (if ``poll``), fire or read again
         what is due.  Returns the next entry's due time and action, if any.
@@ -2765,7 +2842,8 @@ class EventsWatcher:
         while not self._stopping:
             timeout = self._poll_interval
             try:
-                if self._needs_loop and self._channels.loop.is_closed():
+                loop = self._channels.loop
+                if self._needs_loop and loop is not None and loop.is_closed():
                     self._channels.lost_loop()  # its events could never run
                     break
                 # Clock reads are system calls on some virtual machines: an
@@ -2819,9 +2897,9 @@ class EventsWatcher:
         if changes is not None:
             self._files.apply(changes, now, first_look)
 
-    def _begin_closing(self) -> None:
+    def _begin_closing(self) -> threading.Thread:
         """Stop scheduling and queueing at once (what waits is dropped, its
-        files stay), and hand over to the closer, once."""
+        files stay), and hand over to the closer, once; returns the closer."""
         with self._life:
             self._stopping = True
             self._wake.set()
@@ -2830,6 +2908,7 @@ class EventsWatcher:
             if self._closer is None:
                 self._closer = threading.Thread(target=self._close, name="mom_events-closer", daemon=True)
                 self._closer.start()
+            return self._closer
 
     def _close(self) -> None:
         """The last writer: once the scheduler thread has gone, wait for every
@@ -2859,7 +2938,7 @@ class EventsWatcher:
 # ---------------------------------------------------------------------------
 
 
-def _host_timezone() -> Optional[str]:
+def _host_timezone() -> str | None:
     """The host's IANA timezone name, from ``TZ``, ``/etc/localtime`` or
     ``/etc/timezone``; None when none of them names one."""
     candidates = [os.environ.get("TZ", "").removeprefix(":"),
@@ -3011,8 +3090,8 @@ def _check_command() -> str:
     return f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))}"
 
 
-def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Optional[str] = None,
-                  history=None) -> str:
+def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = None, channel_id: str | None = None,
+                  history: str | os.PathLike[str] | None = None) -> str:
     """A Markdown section for an agent's system prompt that teaches it to
     schedule, inspect and cancel its own events.  ``timezone`` is the one the
     agent should assume (default: the host's); an unknown name raises
@@ -3023,7 +3102,7 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
     tz_text = timezone
     if timezone is None:  # no IANA name to be found: state the offset, use UTC in examples
         timezone = "UTC"
-        tz_text = f"UTC{_offset_text(datetime.now().astimezone().utcoffset())} (no IANA name is known)"
+        tz_text = f"UTC{_offset_text(_utc_offset(datetime.now().astimezone()))} (no IANA name is known)"
     try:
         zone = _zone(timezone)
     except _CronError as exc:
@@ -3032,7 +3111,7 @@ def events_prompt(events_dir, timezone: Optional[str] = None, channel_id: Option
     tomorrow = datetime.now(zone).date() + timedelta(days=1)
     at = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 9, tzinfo=zone).isoformat()
 
-    def example(kind: str, **fields) -> str:
+    def example(kind: str, **fields: str) -> str:
         return json.dumps({"type": kind, "channelId": channel, **fields}, ensure_ascii=False)
 
     year_end = datetime(tomorrow.year, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()
@@ -3177,7 +3256,11 @@ def _run_members(sid: int) -> list[int]:
     return members
 
 
-def _signal_run(proc: subprocess.Popen, signum: int) -> None:
+# A command's output stream as it is relayed: its log level, and a line not yet ended.
+_Stream: TypeAlias = tuple[int, bytearray]
+
+
+def _signal_run(proc: subprocess.Popen[bytes], signum: int) -> None:
     """Signal every process of the run: its group, and the members of its
     session that moved to groups of their own."""
     for pid in _run_members(proc.pid):
@@ -3207,18 +3290,19 @@ class _Commands:
     as systemd does with a service's control group.  A program meant to
     outlive its run starts a session of its own (setsid)."""
 
-    def __init__(self, command: str, timeout: Optional[float]):
+    def __init__(self, command: str, timeout: float | None):
         self.command = command
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._deadlines: dict[subprocess.Popen, float] = {}  # when to send SIGTERM
+        self._deadlines: dict[subprocess.Popen[bytes], float] = {}  # when to send SIGTERM
         self._stopped = False
 
     def __call__(self, event: Event) -> None:
         fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
                   "MESSAGE": event.message, "SCHEDULE": _when(event) or event.type,
                   "DUE": event.due.isoformat() if event.due else ""}
-        env = dict(os.environ, **{f"MOM_EVENT_{name}": _env_value(value) for name, value in fields.items()})
+        env: dict[str, str | bytes] = {**os.environ,
+                                       **{f"MOM_EVENT_{name}": _env_value(value) for name, value in fields.items()}}
         import subprocess
         with self._lock:
             if self._stopped:
@@ -3267,19 +3351,22 @@ class _Commands:
             if locked:
                 self._lock.release()
 
-    def _supervise(self, proc: subprocess.Popen, event: Event) -> Optional[str]:
+    def _supervise(self, proc: subprocess.Popen[bytes], event: Event) -> str | None:
         """Feed stdin, log output and enforce the deadline until the run's
         group is gone, or has outlived SIGKILL by _KILL_WAIT s (logged).
         Returns None, "timeout" or "shutdown" (why we killed it)."""
         import selectors
         import subprocess
+        stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+        if stdin is None or stdout is None or stderr is None:
+            raise ValueError("the command's standard streams must be pipes")  # __call__ makes them so
         pending = _command_bytes(event.message + "\n")
-        streams = {proc.stdout.fileno(): (logging.INFO, bytearray()),
-                   proc.stderr.fileno(): (logging.WARNING, bytearray())}
+        streams = {stdout.fileno(): (logging.INFO, bytearray()),
+                   stderr.fileno(): (logging.WARNING, bytearray())}
         killed, stopping, kill_at, give_up_at, exited_at = None, False, math.inf, math.inf, math.inf
         with selectors.DefaultSelector() as selector:
-            os.set_blocking(proc.stdin.fileno(), False)
-            selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+            os.set_blocking(stdin.fileno(), False)
+            selector.register(stdin.fileno(), selectors.EVENT_WRITE)
             for fd in streams:
                 selector.register(fd, selectors.EVENT_READ)
             while True:
@@ -3310,7 +3397,7 @@ class _Commands:
                 if selector.get_map():
                     for key, _ in selector.select(0.1):
                         if key.events & selectors.EVENT_WRITE:
-                            pending = self._feed(selector, proc.stdin, pending)
+                            pending = self._feed(selector, stdin, pending)
                         else:
                             self._relay(selector, key.fd, streams[key.fd], event.filename)
                 elif not exited:
@@ -3324,11 +3411,11 @@ class _Commands:
         for level, buffer in streams.values():
             if buffer:
                 log.log(level, "%s: %s", event.filename, buffer.decode("utf-8", "backslashreplace"))
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        for pipe in (stdin, stdout, stderr):
             pipe.close()
         return killed
 
-    def _drain(self, selector: selectors.BaseSelector, streams: dict, filename: str) -> None:
+    def _drain(self, selector: selectors.BaseSelector, streams: dict[int, _Stream], filename: str) -> None:
         """Log what the group wrote last; what a process outside it (a setsid
         daemon) still writes to the pipes is not waited for."""
         import selectors
@@ -3344,7 +3431,7 @@ class _Commands:
                 self._relay(selector, key.fd, streams[key.fd], filename)
 
     @staticmethod
-    def _feed(selector: selectors.BaseSelector, pipe, pending: bytes) -> bytes:
+    def _feed(selector: selectors.BaseSelector, pipe: IO[bytes], pending: bytes) -> bytes:
         try:
             pending = pending[os.write(pipe.fileno(), pending):]
         except BrokenPipeError:  # the command does not read its stdin: fine
@@ -3355,7 +3442,7 @@ class _Commands:
         return pending
 
     @staticmethod
-    def _relay(selector: selectors.BaseSelector, fd: int, stream: tuple, filename: str) -> None:
+    def _relay(selector: selectors.BaseSelector, fd: int, stream: _Stream, filename: str) -> None:
         level, buffer = stream
         chunk = os.read(fd, _LINE_LIMIT)
         if not chunk:
@@ -3412,14 +3499,18 @@ def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
         return False, f"{name}: {what}: {verdict.reason}; it will not run{notes_text}"
     if event.type == "immediate":
         return True, f"{name}: ok: {what}, runs on arrival{notes_text}"
+    # the judge's contract: a late run says by how much, a schedule says when
     if verdict.action == "run":
+        assert verdict.late is not None
         return True, f"{name}: ok: {what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}{notes_text}"
+    due = verdict.due
+    assert due is not None
     if event.type == "one-shot":
         when = event.at if event.timezone is None else _at_of(event).isoformat(timespec="seconds")
-        return True, f"{name}: ok: {what}, at {when} (in {_span(verdict.due - now)}){notes_text}"
-    times, due = [], verdict.due
-    while len(times) < 3 and not math.isinf(due):
-        times.append(_aware(event, due).isoformat(timespec="seconds"))
+        return True, f"{name}: ok: {what}, at {when} (in {_span(due - now)}){notes_text}"
+    times: list[str] = []
+    while len(times) < 3 and (aware := _aware(event, due)) is not None:  # None: no more (an infinite due)
+        times.append(aware.isoformat(timespec="seconds"))
         due = _next_fire_ts(event, due, sig[3] / 1e9)
     last = "" if len(times) == 3 else " (its last)" if len(times) == 1 else " (the last)"
     return True, f"{name}: ok: {what}, next {', '.join(times)}{last}{notes_text}"
@@ -3442,7 +3533,7 @@ def _check_rejected(path: str, name: str, now: float) -> str:
     return f"{name}: rejected: {verdict}; fix it, then mv it back to {original} (or rm it)"
 
 
-def _check(path: str, history: Optional[str] = None) -> int:
+def _check(path: str, history: str | None = None) -> int:
     """--check: one line per event file and per rejected file of a directory,
     or for one file of any name (a draft); 0 when every one will run.  With a
     history, each line also says the file's last outcome."""
@@ -3508,7 +3599,7 @@ def _timezone_name(text: str) -> str:
     return text
 
 
-def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="mom_events",
         description="Watch a directory of JSON event files and print each event when it is due.")
@@ -3563,13 +3654,14 @@ def _arguments(argv: Optional[list[str]]) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=level, handlers=[stderr])
-    sys.stdout.reconfigure(errors="backslashreplace")  # file names need not be valid UTF-8
+    if isinstance(sys.stdout, io.TextIOWrapper):  # it is, unless replaced by an embedding program
+        sys.stdout.reconfigure(errors="backslashreplace")  # file names need not be valid UTF-8
     if args.prompt:
         history = os.path.abspath(args.history) if args.history else None
         sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel, history))
@@ -3585,7 +3677,7 @@ def _serve(args: argparse.Namespace) -> int:
     halted: list[str] = []
     commands = _Commands(args.command, args.exec_timeout) if args.command else None
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():  # the second signal: leave now, and leave nothing of any run behind
             if commands is not None:
                 commands.kill_all()
@@ -3596,16 +3688,19 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(signum, on_signal)
 
     printer = _printer(args.json)
-    if commands is None:
-        handler = printer
-    else:
-        def handler(event: Event) -> None:
-            printer(event)
+
+    def handler(event: Event) -> None:
+        printer(event)
+        if commands is not None:
             commands(event)
+
+    def on_halt(reason: str) -> None:
+        halted.append(reason)
+        stop.set()
 
     watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history,
                             misfire_grace=args.misfire_grace,
-                            on_halt=lambda reason: (halted.append(reason), stop.set()), standby=args.standby,
+                            on_halt=on_halt, standby=args.standby,
                             notify=args.notify)
     try:
         watcher.start()
@@ -3641,7 +3736,7 @@ def _with_signals_handled(fn: Callable[[], int]) -> int:
     Python runs its handler only when the main thread next runs Python code:
     blocked in a lock for the grace period, or for good in ``stop.wait()``, it
     would leave SIGTERM unheard (seen under load, 1 start in 15)."""
-    outcome: list = []
+    outcome: list[int | BaseException] = []
 
     def run() -> None:
         try:

@@ -21,7 +21,7 @@ import textwrap
 import threading
 import time
 import unittest
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from unittest import mock
 from zoneinfo import ZoneInfo
@@ -39,7 +39,7 @@ def immediate(channel="C1", text="ping"):
 
 def one_shot(at, channel="C1", text="remind"):
     if isinstance(at, (int, float)):
-        at = datetime.fromtimestamp(at, timezone.utc).isoformat()
+        at = datetime.fromtimestamp(at, UTC).isoformat()
     return {"type": "one-shot", "channelId": channel, "text": text, "at": at}
 
 
@@ -218,7 +218,7 @@ class ParseEventTest(unittest.TestCase):
 
 
 def utc(*args):
-    return datetime(*args, tzinfo=timezone.utc)
+    return datetime(*args, tzinfo=UTC)
 
 
 def vienna(*args, fold=0):
@@ -334,7 +334,8 @@ class DaylightSavingTest(unittest.TestCase):
 
     def test_fixed_time_in_the_repeated_hour_runs_on_the_first_pass_only(self):
         runs = fires("30 2 * * *", vienna(2025, 10, 25, 12), 2)
-        self.assertEqual([r.astimezone(timezone.utc) for r in runs], [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)])
+        self.assertEqual([r.astimezone(UTC) for r in runs],
+                         [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)])
 
     def test_fixed_time_after_the_first_pass_waits_for_tomorrow(self):
         # 02:40 on the second pass: 02:30 already ran on the first pass
@@ -347,12 +348,12 @@ class DaylightSavingTest(unittest.TestCase):
 
     def test_wildcard_job_keeps_real_spacing_through_both_passes(self):
         runs = fires("*/30 * * * *", vienna(2025, 10, 26, 1, 10), 7)
-        instants = [r.astimezone(timezone.utc) for r in runs]
+        instants = [r.astimezone(UTC) for r in runs]
         self.assertEqual(instants, [utc(2025, 10, 25, 23, 30) + timedelta(minutes=30 * i) for i in range(7)])
 
     def test_hourly_runs_twice_in_the_repeated_hour(self):
         runs = fires("0 * * * *", vienna(2025, 10, 26, 1, 10), 3)
-        self.assertEqual([r.astimezone(timezone.utc) for r in runs],
+        self.assertEqual([r.astimezone(UTC) for r in runs],
                          [utc(2025, 10, 26, 0), utc(2025, 10, 26, 1), utc(2025, 10, 26, 2)])
 
     def test_from_inside_each_pass(self):
@@ -379,13 +380,13 @@ class DaylightSavingTest(unittest.TestCase):
                     got = []
                     while len(got) < len(expected):
                         after = next_fire(schedule, zone_name, after)
-                        got.append(after.astimezone(timezone.utc))
+                        got.append(after.astimezone(UTC))
                     self.assertEqual(got, expected)
                     # and from every minute in between, the next answer is the next expected one
                     probe = expected[0]
                     while probe < expected[-1]:
                         want = next(x for x in expected if x > probe)
-                        got = next_fire(schedule, zone_name, probe).astimezone(timezone.utc)
+                        got = next_fire(schedule, zone_name, probe).astimezone(UTC)
                         self.assertEqual(got, want, probe)
                         probe += timedelta(minutes=7, seconds=13)
 
@@ -394,7 +395,7 @@ def _brute_force(tz, start, minutes, hours, wildcard):
     """Runs for two local days from naive ``start``, by the stated rules."""
     runs = set()
     if wildcard:  # every real minute whose local time matches
-        t = start.replace(tzinfo=tz).astimezone(timezone.utc)
+        t = start.replace(tzinfo=tz).astimezone(UTC)
         for _ in range(48 * 60):
             local = t.astimezone(tz)
             if local.minute in minutes and local.hour in hours:
@@ -408,14 +409,14 @@ def _brute_force(tz, start, minutes, hours, wildcard):
                 if first.utcoffset() < wall.replace(tzinfo=tz, fold=1).utcoffset():  # in the gap
                     runs.add(_first_after_gap(tz, wall))
                 else:
-                    runs.add(first.astimezone(timezone.utc))
+                    runs.add(first.astimezone(UTC))
             wall += timedelta(minutes=1)
     return sorted(runs)
 
 
 def _first_after_gap(tz, wall):
     """The first real minute whose local time is past the gap holding ``wall``."""
-    t = wall.replace(tzinfo=tz, fold=1).astimezone(timezone.utc)  # an instant before the gap
+    t = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)  # an instant before the gap
     while t.astimezone(tz).replace(tzinfo=None) < wall:
         t += timedelta(minutes=1)
     return t
@@ -466,7 +467,7 @@ def _ref_field(text, name, low, high, names):
     return values, marks
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ref_month(year, month):
     """The month's dates, and its Monday-to-Friday day numbers."""
     first = date(year, month, 1)
@@ -500,7 +501,7 @@ def _ref_next(schedule, zone, after, years=6):
     texts[5] = texts[5].lstrip("+")
     texts = [text.replace("?", "*") for text in texts]
     (seconds, _), (minutes, _), (hours, _), (doms, dom_marks), (months, _), (dows, dow_marks) = (
-        _ref_field(text, *spec) for text, spec in zip(texts, _REF_FIELDS))
+        _ref_field(text, *spec) for text, spec in zip(texts, _REF_FIELDS, strict=False))
     in_years = range(1, 10000) if texts[6] == "*" else _ref_field(texts[6], *_REF_YEAR)[0]
     either = not plus and not texts[3].startswith("*") and not texts[5].startswith("*")
     wildcard = texts[1].startswith("*") or texts[2].startswith("*")
@@ -526,7 +527,7 @@ def _ref_next(schedule, zone, after, years=6):
                 else:  # in a gap: skipped, or once at the gap's end
                     instants = [] if wildcard else [_first_after_gap(tz, wall)]
                 for instant in instants:
-                    instant = instant.astimezone(timezone.utc)
+                    instant = instant.astimezone(UTC)
                     if instant > after and (best is None or instant < best):
                         best = instant
                 if best is not None and wall - timedelta(hours=3) > best.astimezone(tz).replace(tzinfo=None):
@@ -590,7 +591,7 @@ class CronReferenceTest(unittest.TestCase):
     def check(self, schedule, zone, after):
         expected = _ref_next(schedule, zone, after)
         try:
-            got = next_fire(schedule, zone, after).astimezone(timezone.utc)
+            got = next_fire(schedule, zone, after).astimezone(UTC)
         except EventError as exc:
             if expected is not None:
                 self.fail(f"{schedule!r} in {zone} after {after}: {exc}, expected {expected}")
@@ -605,7 +606,7 @@ class CronReferenceTest(unittest.TestCase):
         base = utc(2025, 1, 1).timestamp()
         for _ in range(2000):
             schedule, zone = _random_schedule(rng), rng.choice(self.ZONES)
-            after = datetime.fromtimestamp(base + rng.uniform(0, 3 * 365 * 86400) // 60 * 60, timezone.utc)
+            after = datetime.fromtimestamp(base + rng.uniform(0, 3 * 365 * 86400) // 60 * 60, UTC)
             if rng.random() < 0.3:  # just before a transition of the zone
                 tz = ZoneInfo(zone)
                 probe = after
@@ -701,7 +702,7 @@ class CronDialectTest(unittest.TestCase):
         base = utc(2025, 1, 1).timestamp()
         for _ in range(1000):
             schedule, zone = _random_dialect_schedule(rng), rng.choice(CronReferenceTest.ZONES)
-            after = datetime.fromtimestamp(base + rng.uniform(0, 4 * 365 * 86400) // 60 * 60, timezone.utc)
+            after = datetime.fromtimestamp(base + rng.uniform(0, 4 * 365 * 86400) // 60 * 60, UTC)
             with self.subTest(schedule=schedule, zone=zone, after=after):
                 self.check(schedule, zone, after)
 
@@ -856,8 +857,8 @@ class LanguageTest(unittest.TestCase):
         for name, content in files.items():
             (d / name).write_text(json.dumps(content))
             lines[name] = mom_events._check_line(str(d / name), name, now)
-        self.assertEqual(lines["wall.json"], (True, "wall.json: ok: one-shot on channel C1, at 2027-03-28T03:00:00+02:00 "
-                                                    "(in 27 days)"))
+        self.assertEqual(lines["wall.json"],
+                         (True, "wall.json: ok: one-shot on channel C1, at 2027-03-28T03:00:00+02:00 (in 27 days)"))
         self.assertTrue(lines["typo.json"][0])
         self.assertTrue(lines["typo.json"][1].endswith('; unknown field "untl" is ignored'))
         self.assertIn("runs on days matching either field", lines["either.json"][1])
@@ -894,7 +895,7 @@ class LanguageTest(unittest.TestCase):
             h.start()
             self.assertFalse(h.exists("done.json"))  # nothing left: deleted at once
             h.advance(86400 * 5)
-        self.assertEqual([datetime.fromtimestamp(t, timezone.utc).day for t, e in h.fired], [3, 4])
+        self.assertEqual([datetime.fromtimestamp(t, UTC).day for t, e in h.fired], [3, 4])
         self.assertFalse(h.exists("mon.json"))  # after its last occurrence
         ended = [r["filename"] for r in read_history(h.dir / ".history.jsonl") if r["outcome"] == "ended"]
         self.assertEqual(sorted(ended), ["done.json", "mon.json"])
@@ -903,8 +904,8 @@ class LanguageTest(unittest.TestCase):
         rng = random.Random(21)
         pieces = ["90m", "1h30m", "0s", "1d", "x", "", " 5m", "5m ", "1h1h", "99999999999s", "2027-03-28T02:30:00",
                   "2027-03-28T02:30:00+01:00", "2027-03-28T12:00:00Z", "9999-12-31T23:59:59+14:00",
-                  "0001-01-01T00:00:00+01:00", "0001-01-01T00:30:00", "9999-12-31T23:59:59", "Europe/Vienna", "UTC", "Nowhere/Else", "\x00", "\u2028", 5, None,
-                  True, [], {}, 1e308]
+                  "0001-01-01T00:00:00+01:00", "0001-01-01T00:30:00", "9999-12-31T23:59:59", "Europe/Vienna", "UTC",
+                  "Nowhere/Else", "\x00", "\u2028", 5, None, True, [], {}, 1e308]
         keys = ["every", "start", "until", "timezone", "at", "schedule", "catchUp", "untl"]
         for _ in range(3000):
             content = {"type": rng.choice(["one-shot", "periodic"]), "channelId": "C", "text": "t"}
@@ -947,9 +948,9 @@ class LanguageTest(unittest.TestCase):
         h.start()
         held = []
         h.w._channels._spawn = hold(held)  # the channel stays busy: occurrences wait
-        until = datetime.fromtimestamp(h.now + 3.5, timezone.utc).isoformat()
+        until = datetime.fromtimestamp(h.now + 3.5, UTC).isoformat()
         h.write("tick.json", {"type": "periodic", "channelId": "C1", "text": "t", "every": "1s",
-                              "start": datetime.fromtimestamp(h.now + 1, timezone.utc).isoformat(), "until": until})
+                              "start": datetime.fromtimestamp(h.now + 1, UTC).isoformat(), "until": until})
         h.write("busy.json", immediate("C1", "busy"))
         h.tick(h.now + 0.1)
         h.advance(5)  # 1 s, 2 s, 3 s: the first waits, the others coalesce, the last is the last
@@ -1065,7 +1066,7 @@ class FuzzTest(unittest.TestCase):
             self.assertIn("out of range", str(caught.exception))
         # the last representable minute: no next time, said as an EventError
         with self.assertRaises(EventError):
-            next_fire("* * * * *", "UTC", datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc))
+            next_fire("* * * * *", "UTC", datetime(9999, 12, 31, 23, 59, tzinfo=UTC))
 
 
 # ---------------------------------------------------------------------------
@@ -2638,8 +2639,8 @@ class SupervisionTest(CliCase):
     def test_daemons_started_with_setsid_f_all_survive_their_runs(self):
         cli = self.serve("--exec", _EVAL_TEXT)
         for i in range(30):
-            self.put(f"d{i}.json", immediate(f"C{i % 10}", f"setsid -f sh -c 'echo $$ >> \"{self.kept}\"; exec sleep 60'"
-                                              " >/dev/null 2>&1"))
+            command = f"setsid -f sh -c 'echo $$ >> \"{self.kept}\"; exec sleep 60' >/dev/null 2>&1"
+            self.put(f"d{i}.json", immediate(f"C{i % 10}", command))
         self.assertTrue(wait_for(lambda: self.kept.exists() and len(self.kept.read_text().split()) == 30, 20))
         self.assertTrue(wait_for(lambda: not list(self.events.glob("d*.json")), 10))
         time.sleep(0.5)
@@ -2770,7 +2771,7 @@ class CheckTest(CliCase):
         self.assertRegex(by_name["old.json"], r'^one-shot on channel C2: "at" 2001-01-01T09:00:00\+01:00 is \d{4} '
                                               r"days in the past \(it is now [-\d]{10}T[:\d]{8}\+01:00\); "
                                               r"it will not run$")
-        times, after = [], datetime.now(timezone.utc)  # next three, in the event's own timezone
+        times, after = [], datetime.now(UTC)  # next three, in the event's own timezone
         for _ in range(3):
             after = next_fire("0 9 * * *", "Europe/Vienna", after)
             times.append(after.isoformat(timespec="seconds"))
@@ -3173,7 +3174,7 @@ class DowntimeCliTest(CliCase):
         self.assertEqual(sorted(lines), ["o.json", "q0.json", "q1.json", "q2.json", "q3.json"])
         self.assertGreater(lines["o.json"]["late"], 0.2)
         self.assertEqual(datetime.fromisoformat(lines["o.json"]["dueAt"]).timestamp(),
-                         datetime.fromtimestamp(due, timezone.utc).timestamp())
+                         datetime.fromtimestamp(due, UTC).timestamp())
 
     def test_a_restart_after_a_clean_stop_runs_what_was_waiting(self):
         old = self.serve("--exec", "cat >/dev/null; sleep 30", "--grace", "0.5")
@@ -3222,7 +3223,7 @@ class StandbyTest(CliCase):
     """Two replicas, one harness: a standby takes over when the active one dies."""
 
     def test_the_standby_takes_over_within_a_second_of_sigkill_and_loses_nothing(self):
-        future = datetime.fromtimestamp(time.time() + 30, timezone.utc).isoformat()
+        future = datetime.fromtimestamp(time.time() + 30, UTC).isoformat()
         self.put("later.json", one_shot(future, text="later"))  # neither has run it yet
         self.put("tick.json", periodic("0 0 1 1 *", text="yearly"))
         active = self.serve()
@@ -3238,12 +3239,12 @@ class StandbyTest(CliCase):
         active.finish()
         # written and due while no harness holds the directory
         self.put("during.json", immediate(text="during"))
-        self.put("due.json", one_shot(datetime.fromtimestamp(time.time() - 0.5, timezone.utc).isoformat(),
+        self.put("due.json", one_shot(datetime.fromtimestamp(time.time() - 0.5, UTC).isoformat(),
                                       text="due"))
         standby.wait_err("took over")
         self.assertLess(time.monotonic() - killed, 1.0)
-        self.assertTrue(wait_for(lambda: sum("during" in l for l in standby.out) == 1
-                                 and sum("] (late by" in l and "due" in l for l in standby.out) == 1, 5))
+        self.assertTrue(wait_for(lambda: sum("during" in line for line in standby.out) == 1
+                                 and sum("] (late by" in line and "due" in line for line in standby.out) == 1, 5))
         time.sleep(0.3)
         lines = standby.out
         self.assertFalse(any("before" in line for line in lines), lines)  # what ran does not run again
@@ -3472,7 +3473,7 @@ class OneLineOutputTest(unittest.TestCase):
         self.assertEqual(lines.pop(), "")
         self.assertEqual(len(lines), len(events))
         self.assertEqual(len(out.getvalue().splitlines()), len(events))  # by every line break Unicode has
-        for line, event in zip(lines, events):
+        for line, event in zip(lines, events, strict=True):
             self.assertTrue(line.isprintable(), ascii(line))
             stamp, _, rest = line.partition(" ")
             self.assertIsNotNone(datetime.fromisoformat(stamp).tzinfo)
@@ -4134,7 +4135,7 @@ class ChurnTest(unittest.TestCase):
             return immediate(channel, text)
         if kind == "one-shot":
             at = now + rng.choice([-30, 0.5, 3, 40, 200]) + rng.random()
-            return one_shot(datetime.fromtimestamp(at, timezone.utc).isoformat(), channel, text)
+            return one_shot(datetime.fromtimestamp(at, UTC).isoformat(), channel, text)
         return periodic(rng.choice(["* * * * *", "*/2 * * * *"]), channel, text)
 
     def run_seed(self, seed, steps=120):
@@ -4191,7 +4192,7 @@ class ChurnTest(unittest.TestCase):
 
     def test_random_churn_matches_the_model(self):
         with self.assertLogs("mom_events", "ERROR") as logs:
-            fired, rejected = map(sum, zip(*(self.run_seed(seed, steps=150) for seed in range(150))))
+            fired, rejected = map(sum, zip(*(self.run_seed(seed, steps=150) for seed in range(150)), strict=True))
         self.assertGreater(fired, 5000)  # the mix really exercises firing
         self.assertGreater(rejected, 100)
         self.assertTrue(all(" is " in line and " in the past (it is now " in line and "; renamed to " in line
@@ -4357,7 +4358,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(runs, ["job.json"])
 
     def test_a_stopped_watcher_refuses_to_start_and_touches_nothing(self):
-        past = datetime.fromtimestamp(time.time() - 60, timezone.utc).isoformat()
+        past = datetime.fromtimestamp(time.time() - 60, UTC).isoformat()
         put(self.dir, "old.json", one_shot(past))
         w = EventsWatcher(self.dir, lambda e: None)
         w.stop()
@@ -4389,9 +4390,9 @@ class LifecycleTest(unittest.TestCase):
 
     def test_a_failed_start_up_scan_lets_the_directory_go(self):
         w = EventsWatcher(self.dir, lambda e: None)
-        with mock.patch.object(mom_events._Scanner, "scan", side_effect=RuntimeError("disk on fire")):
-            with self.assertRaisesRegex(RuntimeError, "disk on fire"):
-                w.start()
+        with (mock.patch.object(mom_events._Scanner, "scan", side_effect=RuntimeError("disk on fire")),
+              self.assertRaisesRegex(RuntimeError, "disk on fire")):
+            w.start()
         self.assertTrue(wait_for(lambda: not self.locked(), 5))
 
     def test_an_internal_error_that_keeps_happening_is_logged_once(self):
@@ -4615,7 +4616,7 @@ class MidWriteFuzzTest(unittest.TestCase):
             due = start
             if kind == "one-shot":
                 due = start + rng.uniform(0.2, 3.0)
-                content["at"] = datetime.fromtimestamp(due, timezone.utc).isoformat()
+                content["at"] = datetime.fromtimestamp(due, UTC).isoformat()
             if rng.random() < 0.35:  # invalid: a field missing, or an "at" without offset
                 if kind == "one-shot" and rng.random() < 0.5:
                     content["at"] = content["at"][:-6]
@@ -4625,7 +4626,7 @@ class MidWriteFuzzTest(unittest.TestCase):
             if self.valid_json_event(content):
                 content["_due"] = due
             cuts = sorted(rng.sample(range(1, len(data)), rng.randint(0, 3)))
-            parts = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+            parts = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
             gaps = [rng.uniform(0, 0.6) for _ in parts]
             versions.append((content, data, (parts, gaps, rng.random() < 0.5)))
         return name, versions
@@ -4641,7 +4642,7 @@ class MidWriteFuzzTest(unittest.TestCase):
             path = target if in_place else d / f".{name}.tmp"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                for part, gap in zip(parts, gaps):
+                for part, gap in zip(parts, gaps, strict=True):
                     time.sleep(gap)
                     os.write(fd, part)
                 mtime = os.fstat(fd).st_mtime_ns / 1e9
@@ -4675,7 +4676,8 @@ class DowntimeTest(unittest.TestCase):
             self.start(h)
         self.assertEqual(sorted(h.texts()), ["just", "queued"])
         self.assertFalse(h.exists("during.json"))
-        self.assertIn("during.json: immediate event written while no harness was running (stale)", "\n".join(logs.output))
+        self.assertIn("during.json: immediate event written while no harness was running (stale)",
+                      "\n".join(logs.output))
 
     def test_one_shots_due_before_the_window_or_just_before_the_start_run_late_the_rest_are_missed(self):
         h = self.harness(600, history=None)
@@ -4688,7 +4690,7 @@ class DowntimeTest(unittest.TestCase):
         ran = {e.text: e for _, e in h.fired if e.type == "one-shot"}
         self.assertEqual(sorted(ran), ["grace", "hung"])
         self.assertAlmostEqual(ran["hung"].late, 630, delta=0.01)
-        self.assertEqual(ran["hung"].due, datetime.fromtimestamp(h.down_since - 30, timezone.utc))
+        self.assertEqual(ran["hung"].due, datetime.fromtimestamp(h.down_since - 30, UTC))
         self.assertRegex(ran["grace"].message, r"\] \(late by 4 s\) grace$")
         notices = [e for _, e in h.fired if e.type == "missed"]
         self.assertEqual([(e.filename, e.channel_id) for e in notices], [("missed.json", "C2")])
@@ -4737,7 +4739,7 @@ class DowntimeTest(unittest.TestCase):
 
     def test_catch_up_runs_a_last_occurrence_that_fell_in_the_downtime_then_the_file_goes(self):
         h = self.harness(60)
-        last = datetime.fromtimestamp(h.now - 20, timezone.utc)
+        last = datetime.fromtimestamp(h.now - 20, UTC)
         h.write("once.json", {**periodic(f"{last.second} {last.minute} {last.hour} {last.day} {last.month} * "
                                          f"{last.year}", text="last"), "catchUp": True})
         with self.assertLogs("mom_events", "INFO"):
@@ -4769,7 +4771,7 @@ class DowntimeTest(unittest.TestCase):
         with self.assertLogs("mom_events", "INFO") as logs:
             self.start(h)
         self.assertEqual([(e.filename, e.late, e.due) for _, e in h.fired],
-                         [("fast.json", 1.0, datetime.fromtimestamp(h.now - 1, timezone.utc))])
+                         [("fast.json", 1.0, datetime.fromtimestamp(h.now - 1, UTC))])
         self.assertRegex(h.fired[0][1].message, r"^\[EVENT:fast\.json:periodic:\* \* \* \* \* \*\] \(late by 1 s\) ")
         self.assertIn("slow.json: 10 occurrences fell due while no harness was running", "\n".join(logs.output))
         self.assertIn("fast.json: 10 occurrences fell due while no harness was running; running the latest now",

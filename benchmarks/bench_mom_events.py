@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,7 +206,8 @@ FLOORS = {  # a bare thread waking at the poll interval, doing nothing else
     "time.sleep (what the scheduler uses)": "import time\nwhile True: time.sleep(INTERVAL)",
     "select.poll on a pipe": "import os, select\nr, w = os.pipe(); p = select.poll(); p.register(r)\n"
                              "while True: p.poll(INTERVAL * 1000)",
-    "Lock.acquire(timeout)": "import threading\nl = threading.Lock(); l.acquire()\nwhile True: l.acquire(timeout=INTERVAL)",
+    "Lock.acquire(timeout)": "import threading\nl = threading.Lock(); l.acquire()\n"
+                             "while True: l.acquire(timeout=INTERVAL)",
     "Condition.wait": "import threading\nc = threading.Condition()\nwith c:\n    while True: c.wait(INTERVAL)",
 }
 
@@ -245,7 +246,7 @@ def cli_lateness(count: int) -> tuple[list[float], int]:
         dues = {}
         for i in range(count):
             due = base + i * 0.15 + (i % 7) * 0.0123
-            at = datetime.fromtimestamp(due, timezone.utc).isoformat()
+            at = datetime.fromtimestamp(due, UTC).isoformat()
             dues[f"os-{i:03d}.json"] = due
             write_atomic(directory / f"os-{i:03d}.json",
                          {"type": "one-shot", "channelId": f"O{i % 4}", "text": "due", "at": at})
@@ -297,7 +298,7 @@ def inprocess_lateness(count: int) -> tuple[list[float], int]:
         for i in range(count):
             due = base + i * 0.1 + (i % 7) * 0.0123
             dues[f"ip-{i:03d}.json"] = due
-            at = datetime.fromtimestamp(due, timezone.utc).isoformat()
+            at = datetime.fromtimestamp(due, UTC).isoformat()
             write_atomic(directory / f"ip-{i:03d}.json",
                          {"type": "one-shot", "channelId": f"I{i % 4}", "text": "due", "at": at})
         deadline = time.time() + 30
@@ -337,7 +338,7 @@ def burst(files: int, channels: int) -> tuple[float, int]:
     directory = fresh_dir()
     try:
         due = float(int(time.time()) + 8)
-        at = datetime.fromtimestamp(due, timezone.utc).isoformat()
+        at = datetime.fromtimestamp(due, UTC).isoformat()
         for i in range(files):
             (directory / f"b-{i:05d}.json").write_text(json.dumps(
                 {"type": "one-shot", "channelId": f"B{i % channels}", "text": f"burst {i}", "at": at}))
@@ -480,8 +481,8 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- | --- |")
     for figure, p50, p95, top, unit, target, met, note in rows:
         scale = 1000 if unit == "ms" else 1
-        fmt = (lambda v: f"{number(v * scale)} {unit}")
-        print(f"| {figure}{' (' + note + ')' if note else ''} | {fmt(p50)} | {fmt(p95)} | {fmt(top)} |"
+        p50, p95, top = (f"{number(v * scale)} {unit}" for v in (p50, p95, top))
+        print(f"| {figure}{' (' + note + ')' if note else ''} | {p50} | {p95} | {top} |"
               f" {target} | {met} |")
     print()
     print("Naive baseline (the same module, every file stat'ed every tick), side by side:")

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +98,7 @@ class Soak:
     def write_one_shot(self, name: str):
         due = time.time() + self.rng.uniform(0.5, 30)
         version = self.new_version("one-shot", name, due=due)
-        at = datetime.fromtimestamp(due, timezone.utc).isoformat()
+        at = datetime.fromtimestamp(due, UTC).isoformat()
         self.write(name, {"type": "one-shot", "channelId": self.rng.choice(self.channels), "text": version.text,
                           "at": at}, atomic=self.rng.random() < 0.7)
         self.live_one_shots[name] = version
@@ -145,7 +145,7 @@ class Soak:
         ops = [(self.create_immediate, 35), (lambda: self.write_one_shot(f"os-{next(self.serial)}.json"), 35),
                (self.rewrite_one_shot, 10), (self.delete_one_shot, 10), (self.create_periodic, 5),
                (self.delete_periodic, 5)]
-        actions, weights = zip(*ops)
+        actions, weights = zip(*ops, strict=True)
         end, count = time.monotonic() + duration, 0
         next_op = time.monotonic()
         while time.monotonic() < end:

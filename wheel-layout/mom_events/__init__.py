@@ -1,0 +1,1 @@
+../../mom_events.py
