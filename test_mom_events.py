@@ -4436,13 +4436,24 @@ class LifecycleTest(unittest.TestCase):
         self.assertFalse((self.dir / "job.json").exists())
 
 
+def close_stopped_loop(loop):
+    """Close a loop that was stopped with a task pending (the handler the
+    watcher gave up on) as asyncio.run closes its own: the task cancelled and
+    run to its end first, so it is not destroyed pending."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.close()
+
+
 class StoppedLoopTest(unittest.TestCase):
     def test_a_loop_stopped_but_not_closed_halts_the_watcher_and_the_file_stays(self):
         d = temp_dir(self, "mom_events_loop_")
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
-        self.addCleanup(loop.close)
+        self.addCleanup(close_stopped_loop, loop)
         started, halted = threading.Event(), []
 
         async def handler(event):
