@@ -3924,7 +3924,8 @@ class FakeSlack:
 
 
 class RecipeTest(unittest.TestCase):
-    """The README's recipes, run against stand-in clients."""
+    """The README's recipes: the synchronous one against stand-in clients,
+    the asyncio one against the real slack_bolt with only Slack faked."""
 
     def recipe(self, name):
         readme = (HERE / "README.md").read_text()
