@@ -3,8 +3,10 @@ decision methods take ``now``, and channel workers are run by hand.  A few
 end-to-end tests use the real thread, real files and the CLI."""
 
 import asyncio
+import contextlib
 import functools
 import heapq
+import io
 import itertools
 import json
 import logging
@@ -3906,8 +3908,78 @@ class HistoryTest(unittest.TestCase):
         self.assertIn(f"grep -F '\"filename\": \"dentist.json\"' {path} | tail -n 5", prompt.stdout)
 
 
+class FakeSlack:
+    """Slack as the real slack_bolt sees it, on 127.0.0.1: the Web API methods the async recipe calls
+    (auth.test, chat.postMessage, apps.connections.open) and a Socket Mode WebSocket that delivers
+    app_mention events and takes their acknowledgements."""
+
+    def __init__(self):
+        self.posts, self.acks, self.tokens = [], [], {}
+        self.socket = None
+        self.sent = 0
+
+    async def start(self):
+        from aiohttp import web
+        app = web.Application()
+        app.router.add_post("/api/{method}", self.api)
+        app.router.add_get("/socket", self.socket_mode)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        host, port = self.runner.addresses[0][:2]
+        self.api_url = f"http://{host}:{port}/api/"
+        self.socket_url = f"ws://{host}:{port}/socket"
+
+    async def stop(self):
+        if self.socket is not None:
+            await self.socket.close()  # else the server waits for a client that never hangs up
+        await self.runner.cleanup()
+
+    async def api(self, request):
+        from aiohttp import web
+        method = request.match_info["method"]
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.tokens.setdefault(method, set()).add(token)
+        args = await request.json() if request.content_type == "application/json" else dict(await request.post())
+        if method == "auth.test":
+            return web.json_response({"ok": True, "url": "https://test.slack.com/", "team": "Test", "user": "bot",
+                                      "team_id": "T1", "user_id": "UBOT", "bot_id": "BBOT", "is_enterprise_install": False})
+        if method == "apps.connections.open":
+            return web.json_response({"ok": True, "url": self.socket_url})
+        if method == "chat.postMessage":
+            self.posts.append((args["channel"], args["text"]))
+            return web.json_response({"ok": True, "channel": args["channel"], "ts": f"{len(self.posts)}.000100",
+                                      "message": {"type": "message", "text": args["text"], "bot_id": "BBOT"}})
+        return web.json_response({"ok": False, "error": "unknown_method"})
+
+    async def socket_mode(self, request):
+        from aiohttp import WSMsgType, web
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        await socket.send_json({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A1"}})
+        self.socket = socket
+        async for message in socket:
+            if message.type == WSMsgType.TEXT:
+                self.acks.append(json.loads(message.data)["envelope_id"])
+        return socket
+
+    async def mention(self, channel, text):
+        """A user's '@bot text' in the channel, as Socket Mode delivers it."""
+        self.sent += 1
+        n = self.sent
+        event = {"type": "app_mention", "user": "U1", "text": f"<@UBOT> {text}", "ts": f"{n}.000200",
+                 "channel": channel, "event_ts": f"{n}.000200"}
+        await self.socket.send_json({
+            "envelope_id": f"envelope-{n}", "type": "events_api", "accepts_response_payload": False,
+            "retry_attempt": 0, "retry_reason": "",
+            "payload": {"token": "verification", "team_id": "T1", "api_app_id": "A1", "event": event,
+                        "type": "event_callback", "event_id": f"Ev{n}", "event_time": n,
+                        "authorizations": [{"team_id": "T1", "user_id": "UBOT", "is_bot": True}]}})
+
+
 class RecipeTest(unittest.TestCase):
-    """The README's recipes, run against stand-in clients."""
+    """The README's recipes: the synchronous one against stand-in clients,
+    the asyncio one against the real slack_bolt with only Slack faked."""
 
     def recipe(self, name):
         readme = (HERE / "README.md").read_text()
@@ -3980,73 +4052,70 @@ class RecipeTest(unittest.TestCase):
         self.assertEqual(outcomes, ["queued", "started", "done"])
 
     def test_async_slack_bot(self):
-        posts, said, mentions = [], [], []
-        test = self
-
-        class Client:
-            async def chat_postMessage(self, channel, text):
-                await asyncio.sleep(0)
-                posts.append((channel, text))
-
-        class AsyncApp:
-            def __init__(self, token):
-                self.client = Client()
-
-            def event(self, name):
-                assert name == "app_mention"
-
-                def register(fn):
-                    mentions.append(fn)
-                    return fn
-                return register
-
+        """The recipe against the real slack_bolt; only Slack is fake, on 127.0.0.1."""
+        try:
+            import aiohttp.web  # noqa: F401  (slack_bolt's asyncio side needs it)
+            import slack_bolt  # noqa: F401
+        except ImportError as error:
+            self.fail(f"the async recipe is tested against the real slack_bolt: pip install '.[dev]' "
+                      f"(or slack_bolt aiohttp) ({error})")
+        slack = FakeSlack()
         agent_gate = asyncio.Event()  # open: the agent answers at once; closed: it is busy
         agent_gate.set()
-
-        class AsyncSocketModeHandler:
-            def __init__(self, app, token):
-                assert token == "xapp-test"
-
-            async def start_async(self):
-                test.put("hook.json", immediate("C1", "New ticket"))
-                test.put("boom.json", immediate("C2", "explode"))
-                await test.until(lambda: ("C1", "agent: [EVENT:hook.json:immediate] New ticket") in posts)
-
-                async def say(text):
-                    said.append(text)
-                agent_gate.clear()
-                await mentions[0]({"channel": "C3", "text": "slow"}, say)
-                await mentions[0]({"channel": "C3", "text": "again"}, say)
-                agent_gate.set()
-                await test.until(lambda: "agent: slow" in said)
-                await test.until(lambda: any("failed" in text for _, text in posts))
-
-        prompts = []
+        asked, prompts = [], []
 
         async def run_agent(channel, text, system):
+            asked.append((channel, text))
             prompts.append(system)
             if "explode" in text:
                 raise RuntimeError("agent crashed")
             await agent_gate.wait()
             return f"agent: {text}"
 
-        bolt = mock.Mock()
-        self.modules.update({
-            "slack_bolt": bolt, "slack_bolt.async_app": mock.Mock(AsyncApp=AsyncApp),
-            "slack_bolt.adapter": bolt, "slack_bolt.adapter.socket_mode": bolt,
-            "slack_bolt.adapter.socket_mode.async_handler": mock.Mock(AsyncSocketModeHandler=AsyncSocketModeHandler),
-            "my_agent": mock.Mock(run_agent=run_agent),
-        })
-        namespace = {"__name__": "recipe"}
-        with mock.patch.dict(os.environ, {"SLACK_BOT_TOKEN": "xoxb-test", "SLACK_APP_TOKEN": "xapp-test"}):
-            exec(compile(self.recipe("async-slack-bot"), "README:async-slack-bot", "exec"), namespace)
+        self.modules["my_agent"] = mock.Mock(run_agent=run_agent)
 
-            asyncio.run(asyncio.wait_for(namespace["main"](), 60))
-        self.assertIn(("C1", "_Starting event: hook.json_"), posts)
-        self.assertIn(("C2", "_Event boom.json failed: agent crashed_"), posts)
-        self.assertEqual(said, ["Already working", "agent: slow"])
+        async def scenario():
+            await slack.start()
+            try:
+                namespace = {"__name__": "recipe"}
+                exec(compile(self.recipe("async-slack-bot"), "README:async-slack-bot", "exec"), namespace)
+                namespace["app"].client.base_url = slack.api_url  # the one change: Slack is local
+                bot = asyncio.create_task(namespace["main"]())
+                await self.until(lambda: slack.socket is not None or bot.done())
+                self.put("hook.json", immediate("C1", "New ticket"))
+                self.put("boom.json", immediate("C2", "explode"))
+                await self.until(lambda: ("C1", "agent: [EVENT:hook.json:immediate] New ticket") in slack.posts)
+                agent_gate.clear()
+                await slack.mention("C3", "slow")
+                await self.until(lambda: ("C3", "<@UBOT> slow") in asked)
+                await slack.mention("C3", "again")  # the channel is busy: refused
+                await self.until(lambda: ("C3", "Already working") in slack.posts)
+                agent_gate.set()
+                await self.until(lambda: ("C3", "agent: <@UBOT> slow") in slack.posts)
+                await self.until(lambda: ("C2", "_Event boom.json failed: agent crashed_") in slack.posts)
+                self.assertFalse(bot.done())
+                bot.cancel()  # what asyncio.run does on Ctrl-C
+                with self.assertRaises(asyncio.CancelledError):
+                    await bot
+                await self.until(lambda: slack.socket.closed)  # the bot closed its WebSocket (and session)
+            finally:
+                await slack.stop()
+
+        environ = {name: value for name, value in os.environ.items() if not name.lower().endswith("_proxy")}
+        environ.update(SLACK_BOT_TOKEN="xoxb-test", SLACK_APP_TOKEN="xapp-test")
+        with mock.patch.dict(os.environ, environ, clear=True), contextlib.redirect_stdout(io.StringIO()) as out:
+            asyncio.run(asyncio.wait_for(scenario(), 60))
+        self.assertEqual(out.getvalue(), "⚡️ Bolt app is running!\n")  # what start_async prints when connected
+        self.assertIn(("C1", "_Starting event: hook.json_"), slack.posts)
+        self.assertEqual([text for channel, text in slack.posts if channel == "C3"],
+                         ["Already working", "agent: <@UBOT> slow"])
+        self.assertEqual(slack.acks, ["envelope-1", "envelope-2"])  # Socket Mode got its acknowledgements
+        self.assertEqual(slack.tokens, {"apps.connections.open": {"xapp-test"}, "auth.test": {"xoxb-test"},
+                                        "chat.postMessage": {"xoxb-test"}})
         self.assertTrue(prompts and all("## Scheduled events" in prompt for prompt in prompts))
         self.assertFalse((self.dir / "events" / "hook.json").exists())
+        with EventsWatcher(self.dir / "events", lambda event: None):
+            pass  # the recipe's watcher let the directory go when the bot was stopped
 
     async def until(self, predicate, timeout=10.0):
         deadline = time.monotonic() + timeout
@@ -4422,13 +4491,24 @@ class LifecycleTest(unittest.TestCase):
         self.assertFalse((self.dir / "job.json").exists())
 
 
+def close_stopped_loop(loop):
+    """Close a loop that was stopped with a task pending (the handler the
+    watcher gave up on) as asyncio.run closes its own: the task cancelled and
+    run to its end first, so it is not destroyed pending."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.close()
+
+
 class StoppedLoopTest(unittest.TestCase):
     def test_a_loop_stopped_but_not_closed_halts_the_watcher_and_the_file_stays(self):
         d = temp_dir(self, "mom_events_loop_")
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
-        self.addCleanup(loop.close)
+        self.addCleanup(close_stopped_loop, loop)
         started, halted = threading.Event(), []
 
         async def handler(event):
