@@ -3863,6 +3863,136 @@ class ChurnTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["immediate", "one-shot"])
 
 
+class ScheduleContractTest(unittest.TestCase):
+    """What the scheduler loop relies on from the schedule, the clock-step log
+    and the spin: each found missing by a mutation run (benchmarks/mutate.py)."""
+
+    def test_next_due_is_the_earliest_entry_with_its_action(self):
+        s = mom_events._Schedule()
+        self.assertIsNone(s.next_due())
+        s.renew("a")
+        s.renew("b")
+        s.push("a", 20.0)
+        s.push("b", 10.0, "retry")  # the loop spins only for a firing, never for a retry
+        self.assertEqual(s.next_due(), (10.0, "retry"))
+        list(s.pop_due(10.0))
+        self.assertEqual(s.next_due(), (20.0, "fire"))
+
+    def test_a_dropped_name_has_no_firing_left(self):
+        s = mom_events._Schedule()
+        s.renew("a")
+        s.push("a", 10.0)
+        s.drop("a")
+        self.assertEqual((s.scheduled(), s.due("a")), (0, None))
+
+    def test_dead_entries_are_compacted_past_twice_the_live_ones_plus_64_and_not_before(self):
+        """The bound on memory, and compaction's amortized cost: one pass
+        over the heap per 64 pushes at least."""
+        s = mom_events._Schedule()
+        s.renew("a")
+        s.push("a", 1e9)
+        sizes = []
+        for i in range(300):
+            s.renew("x")  # a file rewritten again and again: its old entry dies
+            s.push("x", 1e9 + i)
+            sizes.append(len(s._heap))
+        bound = 2 * 2 + 64
+        self.assertEqual(max(sizes), bound)
+        self.assertEqual(sizes.count(bound), 300 // (bound - 1))  # grown to it, then compacted, each time
+        self.assertEqual(sizes[bound - 1], 2)
+
+    def test_compaction_leaves_a_heap_pop_due_can_trust(self):
+        """Against a plain model: whatever compaction dropped, what is due at
+        ``now`` comes out, earliest first, and nothing else."""
+        rng = random.Random(11)
+        for _ in range(20):
+            s, model = mom_events._Schedule(), {}
+            names = [f"n{i}" for i in range(40)]
+            for _ in range(400):  # many rewrites: dead entries pile up and are compacted away
+                name = rng.choice(names)
+                s.renew(name)
+                model[name] = rng.uniform(0, 1000)
+                s.push(name, model[name])
+            now = 0.0
+            while model:
+                now += rng.uniform(0, 100)
+                got = list(s.pop_due(now))
+                expected = sorted((due, name) for name, due in model.items() if due <= now)
+                self.assertEqual([(due, name) for due, name, _ in got], expected)
+                for _, name in expected:
+                    del model[name]
+
+    def test_events_fire_on_time_after_compaction(self):
+        """The watcher wakes for the heap's first entry: a heap left unordered
+        by compaction would wake it late and fire events late."""
+        h = Harness(self)
+        h.start()
+        rng = random.Random(4)
+        dues = {}
+        for i in range(40):
+            dues[f"o{i}.json"] = h.now + rng.randrange(60, 3600)
+            h.write(f"o{i}.json", one_shot(dues[f"o{i}.json"], text=f"o{i}"))
+        h.tick(h.now + 0.01)
+        for i in range(200):  # rewritten with the same due time: each leaves a dead entry behind
+            name = f"o{rng.randrange(40)}.json"
+            h.write(name, one_shot(dues[name], text=name[:-5]))
+            os.utime(h.dir / name, ns=(time.time_ns() - i * 10**6 - 10**9,) * 2)
+            h.tick(h.now + 0.01)
+        h.advance(3600)
+        self.assertEqual(sorted(h.names()), sorted(dues))
+        self.assertEqual([(at, event.filename) for at, event in h.fired if at != dues[event.filename]], [])
+
+    def test_a_step_of_the_wall_clock_against_the_monotonic_one_is_logged_each_time(self):
+        s = mom_events._Schedule()
+        with self.assertNoLogs("mom_events", "WARNING"):
+            s.notice_clock_step(1000.0, 50.0)
+            s.notice_clock_step(1010.5, 60.0)  # half a second off: a slow tick, not a step
+            s.notice_clock_step(1021.5, 70.0)  # a second: still not
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            s.notice_clock_step(1033.0, 80.0)
+        self.assertIn("forward by 1.5 s", logs.output[0])
+        with self.assertNoLogs("mom_events", "WARNING"):
+            s.notice_clock_step(1043.0, 90.0)  # measured from the last wake: the step is not logged again
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            s.notice_clock_step(1050.0, 100.0)
+        self.assertIn("back by 3.0 s", logs.output[0])
+
+    def test_the_spin_ends_when_the_clock_reaches_the_due_time(self):
+        readings = []
+
+        def clock():
+            readings.append(len(readings) * 0.25)
+            return readings[-1]
+        mom_events._spin_until(clock, 2.0, time.monotonic() + 30)
+        self.assertEqual(readings[-1], 2.0)
+
+    def test_the_spin_gives_up_on_a_wall_clock_that_stepped_back(self):
+        done = threading.Event()
+        threading.Thread(target=lambda: (mom_events._spin_until(lambda: 0.0, 1.0, time.monotonic() + 0.05),
+                                         done.set()), daemon=True).start()
+        self.assertTrue(done.wait(5), "still spinning on a clock that never reaches the due time")
+
+    def test_a_file_rewritten_while_it_runs_is_kept_even_when_its_stat_looks_the_same(self):
+        """The new content is a new event, even if inode, size and mtime are
+        what was judged (a rewrite within one timestamp tick)."""
+        h = Harness(self)
+        h.start()
+        old_ns = time.time_ns() - 60 * 10**9 + 123  # old enough to trust its stat
+        path = h.write("r.json", one_shot(h.now + 10, text="AAAA"))
+        os.utime(path, ns=(old_ns, old_ns))
+        h.tick()
+
+        def handler(event):
+            h.fired.append((h.now, event))
+            if event.text == "AAAA":
+                h.write("r.json", one_shot(h.now + 20, text="BBBB"))  # the same size
+                os.utime(path, ns=(old_ns, old_ns))
+                h.w._poll(h.now)  # the scheduler sees the new ctime while the run goes on
+        h.handler = handler
+        h.advance(60)
+        self.assertEqual(h.texts(), ["AAAA", "BBBB"])
+
+
 class MidWriteTest(unittest.TestCase):
     """What the harness remembers of a file describes the bytes it read: a
     file completed during the parse retries has one fate, soon."""
