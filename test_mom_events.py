@@ -3993,6 +3993,133 @@ class ScheduleContractTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["AAAA", "BBBB"])
 
 
+class WorkerPoolTest(unittest.TestCase):
+    """The real worker pool: real threads and a real (short) linger, where
+    the other tests run workers by hand with linger 0."""
+
+    def channels(self, perform, linger=0.05):
+        c = mom_events._Channels(perform, 5, lambda: None)
+        c._linger = linger
+        self.addCleanup(lambda: (c.close(), wait_for(lambda: c._workers == 0, 5)))
+        return c
+
+    def test_a_job_after_the_pool_went_idle_still_runs(self):
+        ran = []
+        c = self.channels(lambda job: ran.append(job.due))
+        c.put(mom_events._Job("A", due=1), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == [1], 5))
+        time.sleep(0.02)  # the worker waits for more work: an idle period, shorter than the linger
+        c.put(mom_events._Job("B", due=2), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == [1, 2], 5), f"ran {ran}")
+        self.assertTrue(wait_for(lambda: c._workers == 0, 5), "the worker outstayed its linger")
+        c.put(mom_events._Job("A", due=3), lambda: None)  # after the pool has emptied
+        self.assertTrue(wait_for(lambda: ran == [1, 2, 3], 5), f"ran {ran}")
+
+    def test_stand_by_starts_a_worker_only_when_none_waits(self):
+        c = self.channels(lambda job: None, linger=5)
+        c.stand_by()
+        self.assertTrue(wait_for(lambda: c._idle == 1, 5))
+        c.stand_by()  # one is waiting already
+        c.stand_by()
+        time.sleep(0.05)
+        self.assertEqual((c._workers, c._idle), (1, 1))
+        c.close()
+        self.assertTrue(wait_for(lambda: c._workers == 0, 5), "close() lets idle workers go")
+
+    def test_a_slow_run_gets_a_second_worker_for_another_channel_quick_runs_do_not(self):
+        release = threading.Event()
+        started, threads = [], set()
+
+        def perform(job):
+            started.append(job.channel)
+            threads.add(threading.get_ident())
+            if job.channel == "slow":
+                release.wait(5)
+        c = self.channels(perform, linger=1)
+        self.addCleanup(release.set)
+        c.put(mom_events._Job("slow"), lambda: None)
+        self.assertTrue(wait_for(lambda: started == ["slow"], 5))
+        c.put(mom_events._Job("B"), lambda: None)
+        # the scheduler's loop asks the pool to staff B until "slow" has run _SPAWN_AFTER
+        self.assertTrue(wait_for(lambda: (c.staff(), started == ["slow", "B"])[1], 4),
+                        "B waits behind another channel's run")
+        release.set()
+        self.assertTrue(wait_for(lambda: c.wait(0) == [], 5))
+        for i in range(20):  # quick runs, one after the other: the two idle workers take them
+            c.put(mom_events._Job(f"q{i}"), lambda: None)
+        self.assertTrue(wait_for(lambda: len(started) == 22, 5))
+        self.assertEqual(len(threads), 2)
+
+    def test_wait_returns_the_channels_still_running_at_its_timeout(self):
+        release = threading.Event()
+        c = self.channels(lambda job: release.wait(5))
+        self.addCleanup(release.set)
+        c.put(mom_events._Job("A"), lambda: None)
+        self.assertTrue(wait_for(lambda: c.running("A"), 5))
+        begun = time.monotonic()
+        self.assertEqual(c.wait(0.1), ["A"])
+        self.assertGreaterEqual(time.monotonic() - begun, 0.1)
+        release.set()
+        self.assertEqual(c.wait(5), [])
+
+
+class RealSchedulerTest(unittest.TestCase):
+    """The scheduler thread's own loop (``_run``), where the other tests step
+    ``_tick`` by hand."""
+
+    def test_an_idle_watcher_sleeps_between_polls(self):
+        d = temp_dir(self, "mom_events_idle_")
+        w = EventsWatcher(d, lambda event: None, poll_interval=0.05)
+        ticks = []
+        real = w._tick
+        w._tick = lambda now, poll=True: (ticks.append(poll), real(now, poll))[1]
+        w.start()
+        self.addCleanup(w.stop)
+        put(d, "now.json", immediate())  # a run, so that the pool has been used
+        self.assertTrue(wait_for(lambda: not (d / "now.json").exists(), 5))
+        time.sleep(0.2)
+        ticks.clear()
+        time.sleep(0.5)
+        self.assertLess(len(ticks), 40, "the scheduler loop spins while nothing is due")
+        self.assertGreater(ticks.count(True), 3, "it polls every interval")
+
+    def test_events_keep_running_after_the_pool_went_idle(self):
+        d = temp_dir(self, "mom_events_idle_")
+        fired = []
+        w = EventsWatcher(d, lambda event: fired.append(event.text), poll_interval=0.02)
+        w._channels._linger = 0.05
+        w.start()
+        self.addCleanup(w.stop)
+        for i in range(3):
+            put(d, f"e{i}.json", immediate(text=f"e{i}"))
+            self.assertTrue(wait_for(lambda: len(fired) == i + 1, 5), f"fired {fired}")
+            self.assertTrue(wait_for(lambda: w._channels._workers == 0, 5))  # lingered, and went
+        due = time.time() + 0.3
+        put(d, "soon.json", one_shot(due, text="soon"))
+        self.assertTrue(wait_for(lambda: len(fired) == 4, 5), f"fired {fired}")
+
+
+class WeekdayRangeTest(unittest.TestCase):
+    """Every weekday range, names or numbers, Sunday as 0 or 7 at either end,
+    against the days it names counted out by hand."""
+
+    def test_each_range_fires_on_its_days_and_no_others(self):
+        names = "sun mon tue wed thu fri sat sun".split()
+        monday = utc(2025, 1, 6)
+        for low in range(8):
+            for high in list(range(low, 8)) + ([0] if low else []):  # "fri-sun": Sunday written as 0
+                days = {d % 7 for d in range(low, (7 if high == 0 < low else high) + 1)}
+                spellings = [f"{low}-{high}"] + ([] if (low, high) == (0, 7) else [f"{names[low]}-{names[high]}"])
+                for spelling in spellings:  # "sun-sun" is Sunday alone, never 0-7
+                    schedule = f"0 9 * * {spelling}"
+                    with self.subTest(schedule=schedule):
+                        fired, after = set(), monday
+                        while after < monday + timedelta(days=14):
+                            after = next_fire(schedule, "UTC", after)
+                            fired.add((after.weekday() + 1) % 7)  # cron's numbering: Sunday 0
+                        self.assertEqual(fired, days)
+
+
 class MidWriteTest(unittest.TestCase):
     """What the harness remembers of a file describes the bytes it read: a
     file completed during the parse retries has one fate, soon."""
