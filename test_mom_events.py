@@ -4075,13 +4075,51 @@ class RealSchedulerTest(unittest.TestCase):
         w._tick = lambda now, poll=True: (ticks.append(poll), real(now, poll))[1]
         w.start()
         self.addCleanup(w.stop)
+        put(d, "far.json", one_shot(time.time() + 3600))  # a firing scheduled, far off
         put(d, "now.json", immediate())  # a run, so that the pool has been used
         self.assertTrue(wait_for(lambda: not (d / "now.json").exists(), 5))
+        self.assertEqual(w.scheduled_count(), 1)
         time.sleep(0.2)
         ticks.clear()
         time.sleep(0.5)
         self.assertLess(len(ticks), 40, "the scheduler loop spins while nothing is due")
         self.assertGreater(ticks.count(True), 3, "it polls every interval")
+
+    def test_a_one_shot_fires_at_its_time_between_polls(self):
+        """Between polls the loop sleeps until the next due time: with a
+        second's poll, a firing due 0.4 s from now is not left for the next poll."""
+        d = temp_dir(self, "mom_events_due_")
+        fired = []
+        due = time.time() + 0.4
+        put(d, "soon.json", one_shot(due))
+        with EventsWatcher(d, lambda event: fired.append(time.time()), poll_interval=1.0):
+            self.assertTrue(wait_for(lambda: fired, 5))
+        self.assertGreaterEqual(fired[0], due)
+        self.assertLess(fired[0], due + 0.3)
+
+    def test_an_internal_error_is_logged_once_while_it_lasts_and_the_loop_carries_on(self):
+        d = temp_dir(self, "mom_events_bug_")
+        fired = []
+        w = EventsWatcher(d, lambda event: fired.append(event.text), poll_interval=0.02)
+        failing = threading.Event()
+        real = w._files.run_due
+
+        def run_due(now):
+            if failing.is_set():
+                raise RuntimeError("a bug")
+            real(now)
+        w._files.run_due = run_due
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            w.start()
+            self.addCleanup(w.stop)
+            for spell in range(2):
+                failing.set()
+                time.sleep(0.2)  # about ten ticks fail the same way
+                failing.clear()
+                put(d, f"e{spell}.json", immediate(text=f"e{spell}"))
+                self.assertTrue(wait_for(lambda: len(fired) == spell + 1, 5), f"fired {fired}")
+        errors = [line for line in logs.output if "internal error in the scheduler" in line]
+        self.assertEqual(len(errors), 2, logs.output)  # once for each spell
 
     def test_events_keep_running_after_the_pool_went_idle(self):
         d = temp_dir(self, "mom_events_idle_")

@@ -30,6 +30,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,8 +86,8 @@ COVERING = {
                  "CallbackFaultTest"],
     "history": ["HistoryTest", "HistoryShortWriteTest", "RejectedInProcessTest", "OneLineOutputTest"],
     "files": _WATCHER + ["FaultTest", "CallbackFaultTest", "RejectedInProcessTest", "HistoryTest"],
-    "watcher": ["RealSchedulerTest", "EndToEndTest", "LifecycleTest", "StoppedLoopTest", "AsyncTest",
-                "ClockStepTest", "StartupTest", "OneShotTest", "SubmitTest"],
+    "watcher": ["RealSchedulerTest", "StartupTest", "OneShotTest", "SubmitTest", "ClockStepTest",
+                "EndToEndTest", "LifecycleTest", "StoppedLoopTest", "AsyncTest", "StandbyTest"],
     "prompt": ["PromptTest", "RecipeTest"],
     "cli": ["CliTest", "ExecTest", "SupervisionTest", "ExecEnvironmentTest", "CheckTest", "RejectedTest",
             "OneLineOutputTest", "ShutdownTest", "LockTest", "StandbyTest"],
@@ -278,11 +279,14 @@ def _slot(base: Path, number: int) -> Path:
     return slot
 
 
+RUNNING: dict[Path, subprocess.Popen] = {}  # slot -> its test process, killed if this run is
+
+
 def run_tests(slot: Path, source: str, classes: list[str], timeout: float) -> tuple[str, float]:
     """'killed', 'survived' or 'timeout' (killed too), and the seconds taken."""
     (slot / "mom_events.py").write_text(source)
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "unittest", "-f", "-q", *(f"test_mom_events.{c}" for c in classes)],
+    proc = RUNNING[slot] = subprocess.Popen([sys.executable, "-m", "unittest", "-f", "-q", *(f"test_mom_events.{c}" for c in classes)],
                             cwd=slot, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
     try:
@@ -334,6 +338,7 @@ def main(argv=None) -> int:
     parser.add_argument("--list-survivors", action="store_true", help="list the survivors and equivalents")
     parser.add_argument("--ids", help="a file of mutant ids to run (one a line), e.g. last run's survivors")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # killed: its test processes go too
 
     source = MODULE.read_text()
     everything = mutants(source)
@@ -366,6 +371,7 @@ def main(argv=None) -> int:
     results: dict[str, list] = collections.defaultdict(list)
     survivors: list[Mutant] = []
     started = time.monotonic()
+    pool = None
 
     def one(mutant: Mutant):
         slot = free.pop()
@@ -382,13 +388,23 @@ def main(argv=None) -> int:
             if outcome != "survived":
                 print(f"the tests for {part} fail without a mutant: fix that first", file=sys.stderr)
                 return 2
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for done, (mutant, (outcome, seconds)) in enumerate(pool.map(one, to_run), 1):
-                results[mutant.part].append(outcome)
-                if outcome == "survived":
-                    survivors.append(mutant)
-                print(f"[{done}/{len(to_run)} {time.monotonic() - started:.0f}s] {outcome:8} {seconds:5.1f}s "
-                      f"{mutant.line}: {mutant.id}", file=sys.stderr, flush=True)
+        pool = ThreadPoolExecutor(args.jobs)
+        for done, (mutant, (outcome, seconds)) in enumerate(pool.map(one, to_run), 1):
+            results[mutant.part].append(outcome)
+            if outcome == "survived":
+                survivors.append(mutant)
+            print(f"[{done}/{len(to_run)} {time.monotonic() - started:.0f}s] {outcome:8} {seconds:5.1f}s "
+                  f"{mutant.line}: {mutant.id}", file=sys.stderr, flush=True)
+        pool.shutdown()
+    except KeyboardInterrupt:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list(RUNNING.values()):
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+        raise
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
