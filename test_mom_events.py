@@ -4050,6 +4050,21 @@ class WorkerPoolTest(unittest.TestCase):
         self.assertTrue(wait_for(lambda: len(started) == 22, 5))
         self.assertEqual(len(threads), 2)
 
+    def test_a_lingering_worker_does_not_hold_up_the_interpreter_at_exit(self):
+        script = textwrap.dedent("""
+            import sys, threading
+            sys.path.insert(0, sys.argv[1])
+            import mom_events
+            ran = threading.Event()
+            c = mom_events._Channels(lambda job: ran.set(), 5, lambda: None)
+            c._linger = 60
+            c.put(mom_events._Job("A"), lambda: None)
+            ran.wait(10)
+        """)
+        proc = subprocess.Popen([sys.executable, "-c", script, str(HERE)], start_new_session=True)
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        self.assertEqual(proc.wait(15), 0)
+
     def test_wait_returns_the_channels_still_running_at_its_timeout(self):
         release = threading.Event()
         c = self.channels(lambda job: release.wait(5))
@@ -4120,6 +4135,15 @@ class RealSchedulerTest(unittest.TestCase):
                 self.assertTrue(wait_for(lambda: len(fired) == spell + 1, 5), f"fired {fired}")
         errors = [line for line in logs.output if "internal error in the scheduler" in line]
         self.assertEqual(len(errors), 2, logs.output)  # once for each spell
+
+    def test_a_worker_lingers_and_takes_the_next_event(self):
+        d = temp_dir(self, "mom_events_linger_")
+        threads = []
+        with EventsWatcher(d, lambda event: threads.append(threading.current_thread()), poll_interval=0.02):
+            for i in range(3):
+                put(d, f"e{i}.json", immediate())
+                self.assertTrue(wait_for(lambda: len(threads) == i + 1, 5))
+        self.assertEqual(len(set(threads)), 1, "each event started a thread of its own")
 
     def test_events_keep_running_after_the_pool_went_idle(self):
         d = temp_dir(self, "mom_events_idle_")
