@@ -4016,7 +4016,7 @@ class WorkerPoolTest(unittest.TestCase):
         self.assertTrue(wait_for(lambda: ran == [1, 2, 3], 5), f"ran {ran}")
 
     def test_stand_by_starts_a_worker_only_when_none_waits(self):
-        c = self.channels(lambda job: None, linger=5)
+        c = self.channels(lambda job: None, linger=30)
         c.stand_by()
         self.assertTrue(wait_for(lambda: c._idle == 1, 5))
         c.stand_by()  # one is waiting already
