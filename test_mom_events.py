@@ -4028,9 +4028,10 @@ class WorkerPoolTest(unittest.TestCase):
 
     def test_a_slow_run_gets_a_second_worker_for_another_channel_quick_runs_do_not(self):
         release = threading.Event()
-        started, threads = [], set()
+        started, threads, began = [], set(), {}
 
         def perform(job):
+            began[job.channel] = time.monotonic()
             started.append(job.channel)
             threads.add(threading.get_ident())
             if job.channel == "slow":
@@ -4043,6 +4044,7 @@ class WorkerPoolTest(unittest.TestCase):
         # the scheduler's loop asks the pool to staff B until "slow" has run _SPAWN_AFTER
         self.assertTrue(wait_for(lambda: (c.staff(), started == ["slow", "B"])[1], 4),
                         "B waits behind another channel's run")
+        self.assertGreaterEqual(began["B"] - began["slow"], mom_events._SPAWN_AFTER)  # not before
         release.set()
         self.assertTrue(wait_for(lambda: c.wait(0) == [], 5))
         for i in range(20):  # quick runs, one after the other: the two idle workers take them
@@ -4064,6 +4066,44 @@ class WorkerPoolTest(unittest.TestCase):
         proc = subprocess.Popen([sys.executable, "-c", script, str(HERE)], start_new_session=True)
         self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
         self.assertEqual(proc.wait(15), 0)
+
+    def test_a_burst_on_many_channels_is_run_by_the_worker_on_its_way(self):
+        threads, ran = set(), []
+        c = self.channels(lambda job: (threads.add(threading.get_ident()), ran.append(job.channel)))
+        for i in range(20):  # faster than a thread starts
+            c.put(mom_events._Job(f"C{i}"), lambda: None)
+        self.assertTrue(wait_for(lambda: len(ran) == 20, 5))
+        self.assertLess(len(threads), 3, "a thread started for each channel")
+
+    def test_an_idle_worker_is_woken_for_new_work(self):
+        ran = []
+        c = self.channels(lambda job: ran.append(job.channel), linger=30)
+        c.put(mom_events._Job("A"), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == ["A"] and c._idle == 1, 5))
+        c.put(mom_events._Job("B"), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == ["A", "B"], 5), "the idle worker slept through it")
+        self.assertEqual(c._workers, 1)
+
+    def test_a_long_run_with_nothing_else_waiting_starts_no_more_workers(self):
+        release = threading.Event()
+        c = self.channels(lambda job: release.wait(5))
+        self.addCleanup(release.set)
+        c.put(mom_events._Job("A"), lambda: None)
+        self.assertTrue(wait_for(lambda: c.running("A"), 5))
+        for _ in range(10):  # the scheduler's ticks while it runs
+            time.sleep(0.01)
+            self.assertIsNone(c.staff())
+        self.assertEqual(c._workers, 1)
+
+    def test_channels_with_nothing_to_do_are_forgotten(self):
+        """Files may name a new channel every time: one that ran costs nothing after."""
+        c = self.channels(lambda job: None)
+        for i in range(50):
+            c.put(mom_events._Job(f"C{i}"), lambda: None)
+        job = mom_events._Job("W")
+        c.put(job, lambda: None)
+        c.withdraw(job)
+        self.assertTrue(wait_for(lambda: c.wait(0) == [] and not c._queues, 5), f"kept: {sorted(c._queues)}")
 
     def test_wait_returns_the_channels_still_running_at_its_timeout(self):
         release = threading.Event()

@@ -109,6 +109,24 @@ EQUIVALENT = {
         "a logged drift is above 1 or below -1, so > -1 and > 0 say the same of it",
     "schedule:_spin_until:compare:time.monotonic() < give_up => Lt->LtE":
         "one more reading of a clock that never stands still; the spin gives up all the same",
+    "channels:_start_thread:delete:return thread => pass":
+        "what _spawn returns is never used (tests' stand-ins return what they like)",
+    "channels:_start_thread:return:return thread => None":
+        "what _spawn returns is never used",
+    "channels:_Channels.__init__:delete:self.loop: Optional[asyncio.AbstractEventLoop] ... => pass":
+        "the watcher, the only maker of _Channels, sets .loop right after making it",
+    "channels:_Channels.close:delete:self._ready.clear() => pass":
+        "after close every worker leaves on _closed and _staff returns at once: the ready queue is never read",
+    "channels:_Channels.close:delete:self._retire(channel) => pass":
+        "a closed pool's empty channel answers waiting()/running() as an absent one; it is never used again",
+    "channels:_Channels.close:delete:channel.ready = False => pass":
+        "the ready flag only stops _kick (which returns on _closed anyway) and _retire (see above)",
+    "channels:_Channels.close:bool:channel.ready = False => False->True":
+        "the same as leaving the flag as it was",
+    "channels:_Channels.wait:compare:remaining <= 0 => LtE->Lt":
+        "differs only at exactly 0 left: Condition.wait(0) returns at once and the next pass returns",
+    "channels:_Channels._staff:return:return None => 0":
+        "just after starting a worker: one tick at once, whose _staff then returns None (one is starting)",
 }
 
 
