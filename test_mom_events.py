@@ -4068,12 +4068,28 @@ class WorkerPoolTest(unittest.TestCase):
         self.assertEqual(proc.wait(15), 0)
 
     def test_a_burst_on_many_channels_is_run_by_the_worker_on_its_way(self):
-        threads, ran = set(), []
-        c = self.channels(lambda job: (threads.add(threading.get_ident()), ran.append(job.channel)))
+        ran, spawned = [], []
+        c = self.channels(lambda job: ran.append(job.channel))
+        c._spawn = lambda target: (spawned.append(target), mom_events._start_thread(target))[1]
         for i in range(20):  # faster than a thread starts
             c.put(mom_events._Job(f"C{i}"), lambda: None)
         self.assertTrue(wait_for(lambda: len(ran) == 20, 5))
-        self.assertLess(len(threads), 3, "a thread started for each channel")
+        self.assertLess(len(spawned), 3, "a thread started for each channel")
+
+    def test_a_worker_that_cannot_start_is_logged_and_the_next_one_takes_the_work(self):
+        ran = []
+        c = self.channels(lambda job: ran.append(job.channel))
+        real = c._spawn
+
+        def spawn(target):
+            c._spawn = real
+            raise RuntimeError("can't start new thread")
+        c._spawn = spawn
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            c.put(mom_events._Job("A"), lambda: None)
+        self.assertIn("cannot start a worker thread", logs.output[0])
+        c.put(mom_events._Job("B"), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == ["A", "B"], 5), f"ran {ran}")
 
     def test_an_idle_worker_is_woken_for_new_work(self):
         ran = []
@@ -4114,8 +4130,18 @@ class WorkerPoolTest(unittest.TestCase):
         begun = time.monotonic()
         self.assertEqual(c.wait(0.1), ["A"])
         self.assertGreaterEqual(time.monotonic() - begun, 0.1)
-        release.set()
-        self.assertEqual(c.wait(5), [])
+        self.assertLess(time.monotonic() - begun, 0.8)  # not a second past it
+
+    def test_wait_returns_when_the_run_ends_not_when_its_worker_goes(self):
+        release = threading.Event()
+        c = self.channels(lambda job: release.wait(5), linger=30)
+        self.addCleanup(release.set)
+        c.put(mom_events._Job("A"), lambda: None)
+        self.assertTrue(wait_for(lambda: c.running("A"), 5))
+        threading.Timer(0.05, release.set).start()
+        begun = time.monotonic()
+        self.assertEqual(c.wait(10), [])
+        self.assertLess(time.monotonic() - begun, 5)
 
 
 class RealSchedulerTest(unittest.TestCase):

@@ -125,6 +125,25 @@ EQUIVALENT = {
         "the same as leaving the flag as it was",
     "channels:_Channels.wait:compare:remaining <= 0 => LtE->Lt":
         "differs only at exactly 0 left: Condition.wait(0) returns at once and the next pass returns",
+    "channels:_Channels.staff:delete:if not self._ready: return None => pass":
+        "the guard only spares the idle tick a lock: _staff returns None for an empty ready queue",
+    "channels:_Channels.staff:delete:return None => pass":
+        "the same: falls through to _staff, which returns None for an empty ready queue",
+    "channels:_Channels._staff:delete:if not self._ready or self._closed: return None => pass":
+        "_staff meets an empty ready queue only from a worker that just took a job (the newest busy one: it "
+        "returns its own _SPAWN_AFTER, spawning nothing) or racing staff(); close() empties the queue",
+    "channels:_Channels._staff:delete:return None => pass#2":
+        "the same guard's return: falling through comes to the same (see above)",
+    "channels:_Channels._staff:boolop:not self._ready or self._closed => Or->And":
+        "the same guard, weakened: as harmless as deleting it (see above)",
+    "channels:_Channels._staff:return:return None => 0#2":
+        "the same guard's value: staff() calls _staff only with channels ready, a race gives one tick at once",
+    "channels:_Channels._staff:boolop:self._starting or len(self._busy_since) < self._workers => Or->And":
+        "a starting worker is not busy, so while one starts busy < workers holds: 'and' says what 'or' does",
+    "channels:_Channels._staff:compare:time.monotonic() < at => Lt->LtE":
+        "differs only when the monotonic clock reads exactly the spawn time",
+    "channels:_Channels._work_loop:delete:self._done.notify_all() => pass#2":
+        "a worker going changes nothing wait() looks at (the channels running); the run's end notified already",
     "channels:_Channels._staff:return:return None => 0":
         "just after starting a worker: one tick at once, whose _staff then returns None (one is starting)",
 }
