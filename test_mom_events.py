@@ -4004,16 +4004,19 @@ class WorkerPoolTest(unittest.TestCase):
         return c
 
     def test_a_job_after_the_pool_went_idle_still_runs(self):
-        ran = []
-        c = self.channels(lambda job: ran.append(job.due))
+        ran, crashes = [], []
+        self.addCleanup(setattr, threading, "excepthook", threading.excepthook)
+        threading.excepthook = crashes.append
+        c = self.channels(lambda job: ran.append(job.due), linger=0.3)
         c.put(mom_events._Job("A", due=1), lambda: None)
         self.assertTrue(wait_for(lambda: ran == [1], 5))
-        time.sleep(0.02)  # the worker waits for more work: an idle period, shorter than the linger
+        self.assertTrue(wait_for(lambda: c._idle == 1, 5), "the worker did not wait for more work")
         c.put(mom_events._Job("B", due=2), lambda: None)
         self.assertTrue(wait_for(lambda: ran == [1, 2], 5), f"ran {ran}")
         self.assertTrue(wait_for(lambda: c._workers == 0, 5), "the worker outstayed its linger")
         c.put(mom_events._Job("A", due=3), lambda: None)  # after the pool has emptied
         self.assertTrue(wait_for(lambda: ran == [1, 2, 3], 5), f"ran {ran}")
+        self.assertEqual(crashes, [])
 
     def test_stand_by_starts_a_worker_only_when_none_waits(self):
         c = self.channels(lambda job: None, linger=30)

@@ -142,8 +142,18 @@ EQUIVALENT = {
         "a starting worker is not busy, so while one starts busy < workers holds: 'and' says what 'or' does",
     "channels:_Channels._staff:compare:time.monotonic() < at => Lt->LtE":
         "differs only when the monotonic clock reads exactly the spawn time",
-    "channels:_Channels._work_loop:delete:self._done.notify_all() => pass#2":
+    "channels:_Channels._work_loop:delete:self._done.notify_all() => pass":
         "a worker going changes nothing wait() looks at (the channels running); the run's end notified already",
+    "channels:_Channels._wait_for_work:return:return False => None":
+        "its caller's while tests it for truth only",
+    "channels:_Channels._wait_for_work:return:return False => None#2":
+        "its caller's while tests it for truth only",
+    "channels:_Channels._wait_for_work:compare:now >= deadline => GtE->Gt":
+        "differs only when the monotonic clock reads exactly the deadline",
+    "channels:_Channels._wait_for_work:compare:self._linger <= 0 => LtE->Lt":
+        "a linger of 0 then sets a deadline of now, which returns False the same",
+    "channels:_Channels._wait_for_work:number:self._linger <= 0 => 0->-1":
+        "the same: a linger of 0 meets its deadline at once; nothing sets a negative one",
     "channels:_Channels._staff:return:return None => 0":
         "just after starting a worker: one tick at once, whose _staff then returns None (one is starting)",
 }
