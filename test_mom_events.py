@@ -4251,6 +4251,39 @@ class WeekdayRangeTest(unittest.TestCase):
                         self.assertEqual(fired, days)
 
 
+class ChannelsReportTest(unittest.TestCase):
+    """What a job's failure leaves in the log, and a coroutine with no loop to run on."""
+
+    def run_one(self, fn):
+        workers = []
+        c = mom_events._Channels(lambda job: None, 5, lambda: None)
+        c._spawn, c._linger = hold(workers), 0
+        c.submit("A", fn)
+        while workers:
+            workers.pop(0)()
+
+    def test_a_submitted_function_that_raises_is_reported_as_such(self):
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            self.run_one(lambda: 1 / 0)
+        self.assertIn("function submitted to channel A raised: division by zero", logs.output[0])
+
+    def test_a_submitted_function_cut_short_is_a_warning(self):
+        def cut_short():
+            raise mom_events._Interrupted("the event loop is closed")
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            self.run_one(cut_short)
+        self.assertEqual(logs.output, ["WARNING:mom_events:function submitted to channel A: the event loop is closed"])
+
+    def test_a_coroutine_with_no_loop_is_refused_and_closed(self):
+        async def work():
+            pass
+        c = mom_events._Channels(lambda job: None, 5, lambda: None)
+        coroutine = work()
+        with self.assertRaisesRegex(TypeError, "no event loop to run it on"):
+            c.call(lambda: coroutine)
+        self.assertIsNone(coroutine.cr_frame, "left open: 'never awaited' at garbage collection")
+
+
 class MidWriteTest(unittest.TestCase):
     """What the harness remembers of a file describes the bytes it read: a
     file completed during the parse retries has one fate, soon."""

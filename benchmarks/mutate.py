@@ -83,7 +83,7 @@ COVERING = {
                  "ClockStepTest", "ChangeTest", "RetryTest", "StartupTest", "RealSchedulerTest"],
     "channels": ["ChannelsPartTest", "WorkerPoolTest", "RealSchedulerTest", "QueueTest", "CallbackTest",
                  "SubmitTest", "IsolationTest", "AsyncTest", "StoppedLoopTest", "LifecycleTest", "EndToEndTest",
-                 "CallbackFaultTest"],
+                 "ChannelsReportTest", "CallbackFaultTest"],
     "history": ["HistoryTest", "HistoryShortWriteTest", "RejectedInProcessTest", "OneLineOutputTest"],
     "files": _WATCHER + ["FaultTest", "CallbackFaultTest", "RejectedInProcessTest", "HistoryTest"],
     "watcher": ["RealSchedulerTest", "StartupTest", "OneShotTest", "SubmitTest", "ClockStepTest",
