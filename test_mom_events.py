@@ -4283,6 +4283,39 @@ class ChannelsReportTest(unittest.TestCase):
             c.call(lambda: coroutine)
         self.assertIsNone(coroutine.cr_frame, "left open: 'never awaited' at garbage collection")
 
+    def test_a_coroutine_for_a_closed_loop_is_closed_and_the_loss_reported_once(self):
+        async def work():
+            pass
+        lost = []
+        c = mom_events._Channels(lambda job: None, 5, lambda: lost.append(1))
+        c.loop = asyncio.new_event_loop()
+        c.loop.close()
+        import gc
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                coroutine = work()
+                with self.assertRaisesRegex(mom_events._Interrupted, "the event loop is closed"):
+                    c.call(lambda: coroutine)
+                self.assertIsNone(coroutine.cr_frame)
+            gc.collect()
+        self.assertEqual([str(w.message) for w in caught if "never awaited" in str(w.message)], [])
+        self.assertEqual(lost, [1])
+
+    def test_a_coroutine_cancelled_on_the_loop_cuts_the_run_short(self):
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        self.addCleanup(lambda: (loop.call_soon_threadsafe(loop.stop), thread.join(5), loop.close()))
+        c = mom_events._Channels(lambda job: None, 5, lambda: None)
+        c.loop = loop
+
+        async def cancelled():
+            raise asyncio.CancelledError()
+        with self.assertRaisesRegex(mom_events._Interrupted, "cancelled on the event loop"):
+            c.call(cancelled)
+
 
 class MidWriteTest(unittest.TestCase):
     """What the harness remembers of a file describes the bytes it read: a
