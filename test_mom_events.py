@@ -4316,6 +4316,12 @@ class ChannelsReportTest(unittest.TestCase):
         with self.assertRaisesRegex(mom_events._Interrupted, "cancelled on the event loop"):
             c.call(cancelled)
 
+        async def stops_its_loop():
+            loop.stop()
+            await asyncio.sleep(30)
+        with self.assertRaisesRegex(mom_events._Interrupted, "the event loop stopped while it ran"):
+            c.call(stops_its_loop)
+
 
 class MidWriteTest(unittest.TestCase):
     """What the harness remembers of a file describes the bytes it read: a
