@@ -154,6 +154,12 @@ EQUIVALENT = {
         "a linger of 0 then sets a deadline of now, which returns False the same",
     "channels:_Channels._wait_for_work:number:self._linger <= 0 => 0->-1":
         "the same: a linger of 0 meets its deadline at once; nothing sets a negative one",
+    "channels:_Channels._staff:delete:return None => pass":
+        "the last statement: without it the function returns None all the same",
+    "channels:_Channels._staff:delete:return None => pass#3":
+        "with a worker idle, busy < workers: the next test returns None all the same",
+    "channels:_Channels.call:return:return result => None":
+        "every caller ignores what a callback returns",
     "channels:_Channels._staff:return:return None => 0":
         "just after starting a worker: one tick at once, whose _staff then returns None (one is starting)",
 }
