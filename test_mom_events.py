@@ -4176,8 +4176,9 @@ class RealSchedulerTest(unittest.TestCase):
         fired = []
         due = time.time() + 0.4
         put(d, "soon.json", one_shot(due))
-        with EventsWatcher(d, lambda event: fired.append(time.time()), poll_interval=1.0):
-            self.assertTrue(wait_for(lambda: fired, 5))
+        with self.assertNoLogs("mom_events", "ERROR"):
+            with EventsWatcher(d, lambda event: fired.append(time.time()), poll_interval=1.0):
+                self.assertTrue(wait_for(lambda: fired, 5))
         self.assertGreaterEqual(fired[0], due)
         self.assertLess(fired[0], due + 0.3)
 
@@ -4213,6 +4214,45 @@ class RealSchedulerTest(unittest.TestCase):
                 put(d, f"e{i}.json", immediate())
                 self.assertTrue(wait_for(lambda: len(threads) == i + 1, 5))
         self.assertEqual(len(set(threads)), 1, "each event started a thread of its own")
+
+    def test_the_loop_wakes_for_retries_and_carries_on(self):
+        """A file that does not parse is read again after 0.1, 0.2 and 0.4 s:
+        the loop wakes for each (its sleep may end past the due time)."""
+        d = temp_dir(self, "mom_events_retry_")
+        fired = []
+        w = EventsWatcher(d, lambda event: fired.append(event.text), poll_interval=1.0, notify_rejected=False)
+        w.start()
+        self.addCleanup(w.stop)
+        with self.assertLogs("mom_events", "WARNING"):
+            for i in range(3):
+                put(d, f"bad{i}.json", '{"type": "immediate", "channelId": "C1", "text": ')
+                self.assertTrue(wait_for(lambda: (d / f"bad{i}.json.rejected").exists() or
+                                         not (d / f"bad{i}.json").exists(), 5))
+        put(d, "after.json", immediate(text="after"))
+        self.assertTrue(wait_for(lambda: fired == ["after"], 5), "the scheduler thread has gone")
+
+    def test_a_step_of_the_wall_clock_is_logged_by_the_running_loop(self):
+        d = temp_dir(self, "mom_events_step_")
+        offset = [0.0]
+        w = EventsWatcher(d, lambda event: None, poll_interval=0.02, clock=lambda: time.time() + offset[0])
+        w.start()
+        self.addCleanup(w.stop)
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            offset[0] = 3600.0
+            self.assertTrue(wait_for(lambda: any("stepped forward" in line for line in logs.output), 5))
+
+    def test_bad_arguments_are_refused_at_once(self):
+        d = temp_dir(self, "mom_events_args_")
+        handler = lambda event: None  # noqa: E731
+        for kwargs, error in (({"handler": "not callable"}, TypeError), ({"on_error": 1}, TypeError),
+                              ({"poll_interval": 0}, ValueError), ({"poll_interval": math.nan}, ValueError),
+                              ({"max_queued": 0}, ValueError), ({"max_queued": True}, ValueError),
+                              ({"max_queued": 2.0}, ValueError), ({"misfire_grace": -1}, ValueError),
+                              ({"misfire_grace": math.nan}, ValueError)):
+            with self.subTest(**{k: repr(v) for k, v in kwargs.items()}):
+                with self.assertRaises(error):
+                    EventsWatcher(d, **{"handler": handler, **kwargs})
+        EventsWatcher(d, handler, max_queued=1, misfire_grace=0, poll_interval=0.001)  # the edges are fine
 
     def test_events_keep_running_after_the_pool_went_idle(self):
         d = temp_dir(self, "mom_events_idle_")

@@ -160,6 +160,12 @@ EQUIVALENT = {
         "with a worker idle, busy < workers: the next test returns None all the same",
     "channels:_Channels.call:return:return result => None":
         "every caller ignores what a callback returns",
+    "watcher:EventsWatcher._run:delete:continue => pass":
+        "after the spin, the rest of the pass computes a negative timeout and skips the sleep: the same",
+    "watcher:EventsWatcher._run:compare:timeout > 0 => Gt->GtE":
+        "time.sleep(0) instead of no sleep",
+    "watcher:EventsWatcher._stand_by:delete:return => pass":
+        "after a failed takeover _halt has set _wake, so the while ends at once",
     "channels:_Channels._staff:return:return None => 0":
         "just after starting a worker: one tick at once, whose _staff then returns None (one is starting)",
 }
