@@ -4254,6 +4254,21 @@ class RealSchedulerTest(unittest.TestCase):
                     EventsWatcher(d, **{"handler": handler, **kwargs})
         EventsWatcher(d, handler, max_queued=1, misfire_grace=0, poll_interval=0.001)  # the edges are fine
 
+    def test_a_running_watcher_cannot_be_started_again(self):
+        w = EventsWatcher(temp_dir(self, "mom_events_twice_"), lambda event: None)
+        w.start()
+        self.addCleanup(w.stop)
+        with self.assertRaisesRegex(RuntimeError, "started only once"):
+            w.start()
+
+    def test_five_occurrences_wait_on_a_channel_by_default(self):
+        h = Harness(self)
+        h.start()
+        for i in range(7):
+            h.write(f"e{i}.json", immediate(text=f"e{i}"))
+        h.w._tick(h.now + 0.1)  # the workers are held: nothing runs, all wait
+        self.assertEqual(h.w._channels.waiting("C1"), 5)
+
     def test_events_keep_running_after_the_pool_went_idle(self):
         d = temp_dir(self, "mom_events_idle_")
         fired = []
