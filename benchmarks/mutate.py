@@ -166,6 +166,8 @@ EQUIVALENT = {
         "time.sleep(0) instead of no sleep",
     "watcher:EventsWatcher._stand_by:delete:return => pass":
         "after a failed takeover _halt has set _wake, so the while ends at once",
+    "watcher:EventsWatcher._run:compare:mono >= next_poll => GtE->Gt":
+        "differs only when the monotonic clock reads exactly the poll time",
     "channels:_Channels._staff:return:return None => 0":
         "just after starting a worker: one tick at once, whose _staff then returns None (one is starting)",
 }
