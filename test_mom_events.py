@@ -4284,6 +4284,521 @@ class ChurnTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["immediate", "one-shot"])
 
 
+class ScheduleContractTest(unittest.TestCase):
+    """What the scheduler loop relies on from the schedule, the clock-step log
+    and the spin: each found missing by a mutation run (benchmarks/mutate.py)."""
+
+    def test_next_due_is_the_earliest_entry_with_its_action(self):
+        s = mom_events._Schedule()
+        self.assertIsNone(s.next_due())
+        s.renew("a")
+        s.renew("b")
+        s.push("a", 20.0)
+        s.push("b", 10.0, "retry")  # the loop spins only for a firing, never for a retry
+        self.assertEqual(s.next_due(), (10.0, "retry"))
+        list(s.pop_due(10.0))
+        self.assertEqual(s.next_due(), (20.0, "fire"))
+
+    def test_a_dropped_name_has_no_firing_left(self):
+        s = mom_events._Schedule()
+        s.renew("a")
+        s.push("a", 10.0)
+        s.drop("a")
+        self.assertEqual((s.scheduled(), s.due("a")), (0, None))
+
+    def test_dead_entries_are_compacted_past_twice_the_live_ones_plus_64_and_not_before(self):
+        """The bound on memory, and compaction's amortized cost: one pass
+        over the heap per 64 pushes at least."""
+        s = mom_events._Schedule()
+        s.renew("a")
+        s.push("a", 1e9)
+        sizes = []
+        for i in range(300):
+            s.renew("x")  # a file rewritten again and again: its old entry dies
+            s.push("x", 1e9 + i)
+            sizes.append(len(s._heap))
+        bound = 2 * 2 + 64
+        self.assertEqual(max(sizes), bound)
+        self.assertEqual(sizes.count(bound), 300 // (bound - 1))  # grown to it, then compacted, each time
+        self.assertEqual(sizes[bound - 1], 2)
+
+    def test_compaction_leaves_a_heap_pop_due_can_trust(self):
+        """Against a plain model: whatever compaction dropped, what is due at
+        ``now`` comes out, earliest first, and nothing else."""
+        rng = random.Random(11)
+        for _ in range(20):
+            s, model = mom_events._Schedule(), {}
+            names = [f"n{i}" for i in range(40)]
+            for _ in range(400):  # many rewrites: dead entries pile up and are compacted away
+                name = rng.choice(names)
+                s.renew(name)
+                model[name] = rng.uniform(0, 1000)
+                s.push(name, model[name])
+            now = 0.0
+            while model:
+                now += rng.uniform(0, 100)
+                got = list(s.pop_due(now))
+                expected = sorted((due, name) for name, due in model.items() if due <= now)
+                self.assertEqual([(due, name) for due, name, _ in got], expected)
+                for _, name in expected:
+                    del model[name]
+
+    def test_events_fire_on_time_after_compaction(self):
+        """The watcher wakes for the heap's first entry: a heap left unordered
+        by compaction would wake it late and fire events late."""
+        h = Harness(self)
+        h.start()
+        rng = random.Random(4)
+        dues = {}
+        for i in range(40):
+            dues[f"o{i}.json"] = h.now + rng.randrange(60, 3600)
+            h.write(f"o{i}.json", one_shot(dues[f"o{i}.json"], text=f"o{i}"))
+        h.tick(h.now + 0.01)
+        for i in range(200):  # rewritten with the same due time: each leaves a dead entry behind
+            name = f"o{rng.randrange(40)}.json"
+            h.write(name, one_shot(dues[name], text=name[:-5]))
+            os.utime(h.dir / name, ns=(time.time_ns() - i * 10**6 - 10**9,) * 2)
+            h.tick(h.now + 0.01)
+        h.advance(3600)
+        self.assertEqual(sorted(h.names()), sorted(dues))
+        self.assertEqual([(at, event.filename) for at, event in h.fired if at != dues[event.filename]], [])
+
+    def test_a_step_of_the_wall_clock_against_the_monotonic_one_is_logged_each_time(self):
+        s = mom_events._Schedule()
+        with self.assertNoLogs("mom_events", "WARNING"):
+            s.notice_clock_step(1000.0, 50.0)
+            s.notice_clock_step(1010.5, 60.0)  # half a second off: a slow tick, not a step
+            s.notice_clock_step(1021.5, 70.0)  # a second: still not
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            s.notice_clock_step(1033.0, 80.0)
+        self.assertIn("forward by 1.5 s", logs.output[0])
+        with self.assertNoLogs("mom_events", "WARNING"):
+            s.notice_clock_step(1043.0, 90.0)  # measured from the last wake: the step is not logged again
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            s.notice_clock_step(1050.0, 100.0)
+        self.assertIn("back by 3.0 s", logs.output[0])
+
+    def test_the_spin_ends_when_the_clock_reaches_the_due_time(self):
+        readings = []
+
+        def clock():
+            readings.append(len(readings) * 0.25)
+            return readings[-1]
+        mom_events._spin_until(clock, 2.0, time.monotonic() + 30)
+        self.assertEqual(readings[-1], 2.0)
+
+    def test_the_spin_gives_up_on_a_wall_clock_that_stepped_back(self):
+        done = threading.Event()
+        threading.Thread(target=lambda: (mom_events._spin_until(lambda: 0.0, 1.0, time.monotonic() + 0.05),
+                                         done.set()), daemon=True).start()
+        self.assertTrue(done.wait(5), "still spinning on a clock that never reaches the due time")
+
+    def test_a_file_rewritten_while_it_runs_is_kept_even_when_its_stat_looks_the_same(self):
+        """The new content is a new event, even if inode, size and mtime are
+        what was judged (a rewrite within one timestamp tick)."""
+        h = Harness(self)
+        h.start()
+        old_ns = time.time_ns() - 60 * 10**9 + 123  # old enough to trust its stat
+        path = h.write("r.json", one_shot(h.now + 10, text="AAAA"))
+        os.utime(path, ns=(old_ns, old_ns))
+        h.tick()
+
+        def handler(event):
+            h.fired.append((h.now, event))
+            if event.text == "AAAA":
+                h.write("r.json", one_shot(h.now + 20, text="BBBB"))  # the same size
+                os.utime(path, ns=(old_ns, old_ns))
+                h.w._poll(h.now)  # the scheduler sees the new ctime while the run goes on
+        h.handler = handler
+        h.advance(60)
+        self.assertEqual(h.texts(), ["AAAA", "BBBB"])
+
+
+class WorkerPoolTest(unittest.TestCase):
+    """The real worker pool: real threads and a real (short) linger, where
+    the other tests run workers by hand with linger 0."""
+
+    def channels(self, perform, linger=0.05):
+        c = mom_events._Channels(perform, 5, lambda: None)
+        c._linger = linger
+        self.addCleanup(lambda: (c.close(), wait_for(lambda: c._workers == 0, 5)))
+        return c
+
+    def test_a_job_after_the_pool_went_idle_still_runs(self):
+        ran, crashes = [], []
+        self.addCleanup(setattr, threading, "excepthook", threading.excepthook)
+        threading.excepthook = crashes.append
+        c = self.channels(lambda job: ran.append(job.due), linger=0.3)
+        c.put(mom_events._Job("A", due=1), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == [1], 5))
+        self.assertTrue(wait_for(lambda: c._idle == 1, 5), "the worker did not wait for more work")
+        c.put(mom_events._Job("B", due=2), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == [1, 2], 5), f"ran {ran}")
+        self.assertTrue(wait_for(lambda: c._workers == 0, 5), "the worker outstayed its linger")
+        c.put(mom_events._Job("A", due=3), lambda: None)  # after the pool has emptied
+        self.assertTrue(wait_for(lambda: ran == [1, 2, 3], 5), f"ran {ran}")
+        self.assertEqual(crashes, [])
+
+    def test_stand_by_starts_a_worker_only_when_none_waits(self):
+        c = self.channels(lambda job: None, linger=30)
+        c.stand_by()
+        self.assertTrue(wait_for(lambda: c._idle == 1, 5))
+        c.stand_by()  # one is waiting already
+        c.stand_by()
+        time.sleep(0.05)
+        self.assertEqual((c._workers, c._idle), (1, 1))
+        c.close()
+        self.assertTrue(wait_for(lambda: c._workers == 0, 5), "close() lets idle workers go")
+
+    def test_a_slow_run_gets_a_second_worker_for_another_channel_quick_runs_do_not(self):
+        release = threading.Event()
+        started, threads, began = [], set(), {}
+
+        def perform(job):
+            began[job.channel] = time.monotonic()
+            started.append(job.channel)
+            threads.add(threading.get_ident())
+            if job.channel == "slow":
+                release.wait(5)
+        c = self.channels(perform, linger=1)
+        self.addCleanup(release.set)
+        c.put(mom_events._Job("slow"), lambda: None)
+        self.assertTrue(wait_for(lambda: started == ["slow"], 5))
+        c.put(mom_events._Job("B"), lambda: None)
+        # the scheduler's loop asks the pool to staff B until "slow" has run _SPAWN_AFTER
+        self.assertTrue(wait_for(lambda: (c.staff(), started == ["slow", "B"])[1], 4),
+                        "B waits behind another channel's run")
+        self.assertGreaterEqual(began["B"] - began["slow"], mom_events._SPAWN_AFTER)  # not before
+        release.set()
+        self.assertTrue(wait_for(lambda: c.wait(0) == [], 5))
+        for i in range(20):  # quick runs, one after the other: the two idle workers take them
+            c.put(mom_events._Job(f"q{i}"), lambda: None)
+        self.assertTrue(wait_for(lambda: len(started) == 22, 5))
+        self.assertEqual(len(threads), 2)
+
+    def test_a_lingering_worker_does_not_hold_up_the_interpreter_at_exit(self):
+        script = textwrap.dedent("""
+            import sys, threading
+            sys.path.insert(0, sys.argv[1])
+            import mom_events
+            ran = threading.Event()
+            c = mom_events._Channels(lambda job: ran.set(), 5, lambda: None)
+            c._linger = 60
+            c.put(mom_events._Job("A"), lambda: None)
+            ran.wait(10)
+        """)
+        proc = subprocess.Popen([sys.executable, "-c", script, str(HERE)], start_new_session=True)
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        self.assertEqual(proc.wait(15), 0)
+
+    def test_a_burst_on_many_channels_is_run_by_the_worker_on_its_way(self):
+        ran, spawned = [], []
+        c = self.channels(lambda job: ran.append(job.channel))
+        c._spawn = lambda target: (spawned.append(target), mom_events._start_thread(target))[1]
+        for i in range(20):  # faster than a thread starts
+            c.put(mom_events._Job(f"C{i}"), lambda: None)
+        self.assertTrue(wait_for(lambda: len(ran) == 20, 5))
+        self.assertLess(len(spawned), 3, "a thread started for each channel")
+
+    def test_a_worker_that_cannot_start_is_logged_and_the_next_one_takes_the_work(self):
+        ran = []
+        c = self.channels(lambda job: ran.append(job.channel))
+        real = c._spawn
+
+        def spawn(target):
+            c._spawn = real
+            raise RuntimeError("can't start new thread")
+        c._spawn = spawn
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            c.put(mom_events._Job("A"), lambda: None)
+        self.assertIn("cannot start a worker thread", logs.output[0])
+        c.put(mom_events._Job("B"), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == ["A", "B"], 5), f"ran {ran}")
+
+    def test_an_idle_worker_is_woken_for_new_work(self):
+        ran = []
+        c = self.channels(lambda job: ran.append(job.channel), linger=30)
+        c.put(mom_events._Job("A"), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == ["A"] and c._idle == 1, 5))
+        c.put(mom_events._Job("B"), lambda: None)
+        self.assertTrue(wait_for(lambda: ran == ["A", "B"], 5), "the idle worker slept through it")
+        self.assertEqual(c._workers, 1)
+
+    def test_a_long_run_with_nothing_else_waiting_starts_no_more_workers(self):
+        release = threading.Event()
+        c = self.channels(lambda job: release.wait(5))
+        self.addCleanup(release.set)
+        c.put(mom_events._Job("A"), lambda: None)
+        self.assertTrue(wait_for(lambda: c.running("A"), 5))
+        for _ in range(10):  # the scheduler's ticks while it runs
+            time.sleep(0.01)
+            self.assertIsNone(c.staff())
+        self.assertEqual(c._workers, 1)
+
+    def test_channels_with_nothing_to_do_are_forgotten(self):
+        """Files may name a new channel every time: one that ran costs nothing after."""
+        c = self.channels(lambda job: None)
+        for i in range(50):
+            c.put(mom_events._Job(f"C{i}"), lambda: None)
+        job = mom_events._Job("W")
+        c.put(job, lambda: None)
+        c.withdraw(job)
+        self.assertTrue(wait_for(lambda: c.wait(0) == [] and not c._queues, 5), f"kept: {sorted(c._queues)}")
+
+    def test_wait_returns_the_channels_still_running_at_its_timeout(self):
+        release = threading.Event()
+        c = self.channels(lambda job: release.wait(5))
+        self.addCleanup(release.set)
+        c.put(mom_events._Job("A"), lambda: None)
+        self.assertTrue(wait_for(lambda: c.running("A"), 5))
+        begun = time.monotonic()
+        self.assertEqual(c.wait(0.1), ["A"])
+        self.assertGreaterEqual(time.monotonic() - begun, 0.1)
+        self.assertLess(time.monotonic() - begun, 0.8)  # not a second past it
+
+    def test_wait_returns_when_the_run_ends_not_when_its_worker_goes(self):
+        release = threading.Event()
+        c = self.channels(lambda job: release.wait(5), linger=30)
+        self.addCleanup(release.set)
+        c.put(mom_events._Job("A"), lambda: None)
+        self.assertTrue(wait_for(lambda: c.running("A"), 5))
+        threading.Timer(0.05, release.set).start()
+        begun = time.monotonic()
+        self.assertEqual(c.wait(10), [])
+        self.assertLess(time.monotonic() - begun, 5)
+
+
+class RealSchedulerTest(unittest.TestCase):
+    """The scheduler thread's own loop (``_run``), where the other tests step
+    ``_tick`` by hand."""
+
+    def test_an_idle_watcher_sleeps_between_polls(self):
+        d = temp_dir(self, "mom_events_idle_")
+        w = EventsWatcher(d, lambda event: None, poll_interval=0.05)
+        ticks = []
+        real = w._tick
+        w._tick = lambda now, poll=True: (ticks.append(poll), real(now, poll))[1]
+        w.start()
+        self.addCleanup(w.stop)
+        put(d, "far.json", one_shot(time.time() + 3600))  # a firing scheduled, far off
+        put(d, "now.json", immediate())  # a run, so that the pool has been used
+        self.assertTrue(wait_for(lambda: not (d / "now.json").exists(), 5))
+        self.assertEqual(w.scheduled_count(), 1)
+        time.sleep(0.2)
+        ticks.clear()
+        time.sleep(0.5)
+        self.assertLess(len(ticks), 40, "the scheduler loop spins while nothing is due")
+        self.assertGreater(ticks.count(True), 3, "it polls every interval")
+
+    def test_a_one_shot_fires_at_its_time_between_polls(self):
+        """Between polls the loop sleeps until the next due time: with a
+        second's poll, a firing due 0.4 s from now is not left for the next poll."""
+        d = temp_dir(self, "mom_events_due_")
+        fired = []
+        due = time.time() + 0.4
+        put(d, "soon.json", one_shot(due))
+        with self.assertNoLogs("mom_events", "ERROR"):
+            with EventsWatcher(d, lambda event: fired.append(time.time()), poll_interval=1.0):
+                self.assertTrue(wait_for(lambda: fired, 5))
+        self.assertGreaterEqual(fired[0], due)
+        self.assertLess(fired[0], due + 0.3)
+
+    def test_an_internal_error_is_logged_once_while_it_lasts_and_the_loop_carries_on(self):
+        d = temp_dir(self, "mom_events_bug_")
+        fired = []
+        w = EventsWatcher(d, lambda event: fired.append(event.text), poll_interval=0.02)
+        failing = threading.Event()
+        real = w._files.run_due
+
+        def run_due(now):
+            if failing.is_set():
+                raise RuntimeError("a bug")
+            real(now)
+        w._files.run_due = run_due
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            w.start()
+            self.addCleanup(w.stop)
+            for spell in range(2):
+                failing.set()
+                time.sleep(0.2)  # about ten ticks fail the same way
+                failing.clear()
+                put(d, f"e{spell}.json", immediate(text=f"e{spell}"))
+                self.assertTrue(wait_for(lambda: len(fired) == spell + 1, 5), f"fired {fired}")
+        errors = [line for line in logs.output if "internal error in the scheduler" in line]
+        self.assertEqual(len(errors), 2, logs.output)  # once for each spell
+
+    def test_a_worker_lingers_and_takes_the_next_event(self):
+        d = temp_dir(self, "mom_events_linger_")
+        threads = []
+        with EventsWatcher(d, lambda event: threads.append(threading.current_thread()), poll_interval=0.02):
+            for i in range(3):
+                put(d, f"e{i}.json", immediate())
+                self.assertTrue(wait_for(lambda: len(threads) == i + 1, 5))
+        self.assertEqual(len(set(threads)), 1, "each event started a thread of its own")
+
+    def test_the_loop_wakes_for_retries_and_carries_on(self):
+        """A file that does not parse is read again after 0.1, 0.2 and 0.4 s:
+        the loop wakes for each (its sleep may end past the due time)."""
+        d = temp_dir(self, "mom_events_retry_")
+        fired = []
+        w = EventsWatcher(d, lambda event: fired.append(event.text), poll_interval=1.0, notify_rejected=False)
+        w.start()
+        self.addCleanup(w.stop)
+        with self.assertLogs("mom_events", "WARNING"):
+            for i in range(3):
+                put(d, f"bad{i}.json", '{"type": "immediate", "channelId": "C1", "text": ')
+                self.assertTrue(wait_for(lambda: (d / f"bad{i}.json.rejected").exists() or
+                                         not (d / f"bad{i}.json").exists(), 5))
+        put(d, "after.json", immediate(text="after"))
+        self.assertTrue(wait_for(lambda: fired == ["after"], 5), "the scheduler thread has gone")
+
+    def test_a_step_of_the_wall_clock_is_logged_by_the_running_loop(self):
+        d = temp_dir(self, "mom_events_step_")
+        offset = [0.0]
+        w = EventsWatcher(d, lambda event: None, poll_interval=0.02, clock=lambda: time.time() + offset[0])
+        w.start()
+        self.addCleanup(w.stop)
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            offset[0] = 3600.0
+            self.assertTrue(wait_for(lambda: any("stepped forward" in line for line in logs.output), 5))
+
+    def test_bad_arguments_are_refused_at_once(self):
+        d = temp_dir(self, "mom_events_args_")
+        handler = lambda event: None  # noqa: E731
+        for kwargs, error in (({"handler": "not callable"}, TypeError), ({"on_error": 1}, TypeError),
+                              ({"poll_interval": 0}, ValueError), ({"poll_interval": math.nan}, ValueError),
+                              ({"max_queued": 0}, ValueError), ({"max_queued": True}, ValueError),
+                              ({"max_queued": 2.0}, ValueError), ({"misfire_grace": -1}, ValueError),
+                              ({"misfire_grace": math.nan}, ValueError)):
+            with self.subTest(**{k: repr(v) for k, v in kwargs.items()}):
+                with self.assertRaises(error):
+                    EventsWatcher(d, **{"handler": handler, **kwargs})
+        EventsWatcher(d, handler, max_queued=1, misfire_grace=0, poll_interval=0.001)  # the edges are fine
+
+    def test_a_running_watcher_cannot_be_started_again(self):
+        w = EventsWatcher(temp_dir(self, "mom_events_twice_"), lambda event: None)
+        w.start()
+        self.addCleanup(w.stop)
+        with self.assertRaisesRegex(RuntimeError, "started only once"):
+            w.start()
+
+    def test_five_occurrences_wait_on_a_channel_by_default(self):
+        h = Harness(self)
+        h.start()
+        for i in range(7):
+            h.write(f"e{i}.json", immediate(text=f"e{i}"))
+        h.w._tick(h.now + 0.1)  # the workers are held: nothing runs, all wait
+        self.assertEqual(h.w._channels.waiting("C1"), 5)
+
+    def test_events_keep_running_after_the_pool_went_idle(self):
+        d = temp_dir(self, "mom_events_idle_")
+        fired = []
+        w = EventsWatcher(d, lambda event: fired.append(event.text), poll_interval=0.02)
+        w._channels._linger = 0.05
+        w.start()
+        self.addCleanup(w.stop)
+        for i in range(3):
+            put(d, f"e{i}.json", immediate(text=f"e{i}"))
+            self.assertTrue(wait_for(lambda: len(fired) == i + 1, 5), f"fired {fired}")
+            self.assertTrue(wait_for(lambda: w._channels._workers == 0, 5))  # lingered, and went
+        due = time.time() + 0.3
+        put(d, "soon.json", one_shot(due, text="soon"))
+        self.assertTrue(wait_for(lambda: len(fired) == 4, 5), f"fired {fired}")
+
+
+class WeekdayRangeTest(unittest.TestCase):
+    """Every weekday range, names or numbers, Sunday as 0 or 7 at either end,
+    against the days it names counted out by hand."""
+
+    def test_each_range_fires_on_its_days_and_no_others(self):
+        names = "sun mon tue wed thu fri sat sun".split()
+        monday = utc(2025, 1, 6)
+        for low in range(8):
+            for high in list(range(low, 8)) + ([0] if low else []):  # "fri-sun": Sunday written as 0
+                days = {d % 7 for d in range(low, (7 if high == 0 < low else high) + 1)}
+                spellings = [f"{low}-{high}"] + ([] if (low, high) == (0, 7) else [f"{names[low]}-{names[high]}"])
+                for spelling in spellings:  # "sun-sun" is Sunday alone, never 0-7
+                    schedule = f"0 9 * * {spelling}"
+                    with self.subTest(schedule=schedule):
+                        fired, after = set(), monday
+                        while after < monday + timedelta(days=14):
+                            after = next_fire(schedule, "UTC", after)
+                            fired.add((after.weekday() + 1) % 7)  # cron's numbering: Sunday 0
+                        self.assertEqual(fired, days)
+
+
+class ChannelsReportTest(unittest.TestCase):
+    """What a job's failure leaves in the log, and a coroutine with no loop to run on."""
+
+    def run_one(self, fn):
+        workers = []
+        c = mom_events._Channels(lambda job: None, 5, lambda: None)
+        c._spawn, c._linger = hold(workers), 0
+        c.submit("A", fn)
+        while workers:
+            workers.pop(0)()
+
+    def test_a_submitted_function_that_raises_is_reported_as_such(self):
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            self.run_one(lambda: 1 / 0)
+        self.assertIn("function submitted to channel A raised: division by zero", logs.output[0])
+
+    def test_a_submitted_function_cut_short_is_a_warning(self):
+        def cut_short():
+            raise mom_events._Interrupted("the event loop is closed")
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            self.run_one(cut_short)
+        self.assertEqual(logs.output, ["WARNING:mom_events:function submitted to channel A: the event loop is closed"])
+
+    def test_a_coroutine_with_no_loop_is_refused_and_closed(self):
+        async def work():
+            pass
+        c = mom_events._Channels(lambda job: None, 5, lambda: None)
+        coroutine = work()
+        with self.assertRaisesRegex(TypeError, "no event loop to run it on"):
+            c.call(lambda: coroutine)
+        self.assertIsNone(coroutine.cr_frame, "left open: 'never awaited' at garbage collection")
+
+    def test_a_coroutine_for_a_closed_loop_is_closed_and_the_loss_reported_once(self):
+        async def work():
+            pass
+        lost = []
+        c = mom_events._Channels(lambda job: None, 5, lambda: lost.append(1))
+        c.loop = asyncio.new_event_loop()
+        c.loop.close()
+        import gc
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                coroutine = work()
+                with self.assertRaisesRegex(mom_events._Interrupted, "the event loop is closed"):
+                    c.call(lambda: coroutine)
+                self.assertIsNone(coroutine.cr_frame)
+            gc.collect()
+        self.assertEqual([str(w.message) for w in caught if "never awaited" in str(w.message)], [])
+        self.assertEqual(lost, [1])
+
+    def test_a_coroutine_cancelled_on_the_loop_cuts_the_run_short(self):
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        self.addCleanup(lambda: (loop.call_soon_threadsafe(loop.stop), thread.join(5), loop.close()))
+        c = mom_events._Channels(lambda job: None, 5, lambda: None)
+        c.loop = loop
+
+        async def cancelled():
+            raise asyncio.CancelledError()
+        with self.assertRaisesRegex(mom_events._Interrupted, "cancelled on the event loop"):
+            c.call(cancelled)
+
+        async def stops_its_loop():
+            loop.stop()
+            await asyncio.sleep(30)
+        with self.assertRaisesRegex(mom_events._Interrupted, "the event loop stopped while it ran"):
+            c.call(stops_its_loop)
+
+
 class MidWriteTest(unittest.TestCase):
     """What the harness remembers of a file describes the bytes it read: a
     file completed during the parse retries has one fate, soon."""

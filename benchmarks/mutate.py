@@ -1,0 +1,489 @@
+"""Mutation testing for mom_events: do the tests look where the bugs live?
+
+Each mutant is mom_events.py with one small change (a comparison flipped, a
+constant off by one, a statement deleted, a value no longer returned...),
+made with ``ast`` inside a function body.  The mutant is assigned to a *part*
+of the module (the section banner it sits under; the watcher's class apart
+from the files') and run against the test classes that cover that part, in a
+subprocess, failing fast, with a time limit (a timeout counts as killed:
+the tests noticed).  A mutant the tests pass *survived*.  A few mutants can
+never be noticed, since they change nothing that anything can observe: they
+are listed in EQUIVALENT with the reason, and left out of the score.
+
+Standard library only.  Run from the project directory, in its virtual
+environment (the tests need croniter)::
+
+    python benchmarks/mutate.py                      # every mutant: hours
+    python benchmarks/mutate.py --part schedule      # one part
+    python benchmarks/mutate.py --sample 300 --seed 1 --list-survivors
+    python benchmarks/mutate.py --list               # the mutants, not run
+
+It is a tool to run, not part of CI's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = ROOT / "mom_events.py"
+TESTS = ROOT / "test_mom_events.py"
+
+# Section banners of mom_events.py (the first line of the banner's text,
+# as far as it identifies it) -> part.  A definition belongs to the last
+# banner above it.
+SECTIONS = {
+    "Data model and parsing": "parsing",
+    "Schedule arithmetic": "cron",
+    "Judging": "judge",
+    "Directory scanning": "scan",
+    "One harness per directory": "scanner",
+    "The schedule": "schedule",
+    "Channel queues": "channels",
+    "The history": "history",
+    "The watcher": "files",
+    "The agent's manual": "prompt",
+    "The command line": "cli",
+}
+# Definitions that form a part of their own within a section.
+OWN_PART = {"EventsWatcher": "watcher"}
+
+# Part -> the test classes that cover it (the full suite is far too slow to
+# run per mutant).  Each list is in the order to run: quick, likely killers
+# first, since a mutant run stops at the first failure.
+_WATCHER = ["StartupTest", "OneShotTest", "PeriodicTest", "ScanTest", "ChangeTest", "RetryTest",
+            "IsolationTest", "NamesAndKindsTest", "QueueTest", "CallbackTest", "SubmitTest",
+            "ClockStepTest", "HeapTest", "MisfireGraceTest", "ActOnWhatWasJudgedTest"]
+COVERING = {
+    "parsing": ["ParseEventTest", "FuzzTest", "LengthLimitTest", "OneLineOutputTest", "RejectedInProcessTest",
+                "StartupTest", "OneShotTest", "JudgeAgreementTest"],
+    "cron": ["CronTest", "DaylightSavingTest", "CronDialectTest", "CronReferenceTest", "PeriodicTest",
+             "WeekdayRangeTest"],
+    "judge": ["StartupTest", "OneShotTest", "PeriodicTest", "MisfireGraceTest", "JudgeAgreementTest",
+              "RejectedInProcessTest"],
+    "scan": ["ScannerPartTest", "ScanTest", "ChangeTest", "NamesAndKindsTest", "StartupTest", "MidWriteTest",
+             "RetryTest"],
+    "scanner": ["ScannerPartTest", "ScanTest", "ChangeTest", "NamesAndKindsTest", "StartupTest", "MidWriteTest",
+                "RetryTest", "LifecycleTest", "EndToEndTest"],
+    "schedule": ["SchedulePartTest", "ScheduleContractTest", "HeapTest", "OneShotTest", "PeriodicTest",
+                 "ClockStepTest", "ChangeTest", "RetryTest", "StartupTest", "RealSchedulerTest"],
+    "channels": ["ChannelsPartTest", "WorkerPoolTest", "RealSchedulerTest", "QueueTest", "CallbackTest",
+                 "SubmitTest", "IsolationTest", "AsyncTest", "StoppedLoopTest", "LifecycleTest", "EndToEndTest",
+                 "ChannelsReportTest", "CallbackFaultTest"],
+    "history": ["HistoryTest", "HistoryShortWriteTest", "RejectedInProcessTest", "OneLineOutputTest"],
+    "files": _WATCHER + ["FaultTest", "CallbackFaultTest", "RejectedInProcessTest", "HistoryTest"],
+    "watcher": ["RealSchedulerTest", "StartupTest", "OneShotTest", "SubmitTest", "ClockStepTest",
+                "EndToEndTest", "LifecycleTest", "StoppedLoopTest", "AsyncTest", "StandbyTest"],
+    "prompt": ["PromptTest", "RecipeTest"],
+    "cli": ["CliTest", "ExecTest", "SupervisionTest", "ExecEnvironmentTest", "CheckTest", "RejectedTest",
+            "OneLineOutputTest", "ShutdownTest", "LockTest", "StandbyTest"],
+}
+
+# Mutants that no test can kill, because the behaviour cannot differ: the id
+# (part:function:operator:code => change, #n for the n-th same change in the
+# function; --list prints them) and why.  Left out of the score, and listed by --list-survivors.
+EQUIVALENT = {
+    "schedule:_Schedule.__init__:number:itertools.count(1) => 1->2":
+        "generations need only be unique within the schedule; nothing reads their first value",
+    "schedule:_Schedule.__init__:number:itertools.count(1) => 1->0":
+        "the same: 0 is as unique as 1 (a job's generation is compared with ==, never for truth)",
+    "schedule:_Schedule.notice_clock_step:compare:drift > 0 => Gt->GtE":
+        "differs only at drift 0, which is never logged (abs(drift) > 1.0 first)",
+    "schedule:_Schedule.notice_clock_step:number:drift > 0 => 0->1":
+        "a logged drift is above 1 or below -1, so > 1 and > 0 say the same of it",
+    "schedule:_Schedule.notice_clock_step:number:drift > 0 => 0->-1":
+        "a logged drift is above 1 or below -1, so > -1 and > 0 say the same of it",
+    "schedule:_spin_until:compare:time.monotonic() < give_up => Lt->LtE":
+        "one more reading of a clock that never stands still; the spin gives up all the same",
+    "channels:_start_thread:delete:return thread => pass":
+        "what _spawn returns is never used (tests' stand-ins return what they like)",
+    "channels:_start_thread:return:return thread => None":
+        "what _spawn returns is never used",
+    "channels:_Channels.__init__:delete:self.loop: Optional[asyncio.AbstractEventLoop] ... => pass":
+        "the watcher, the only maker of _Channels, sets .loop right after making it",
+    "channels:_Channels.close:delete:self._ready.clear() => pass":
+        "after close every worker leaves on _closed and _staff returns at once: the ready queue is never read",
+    "channels:_Channels.close:delete:self._retire(channel) => pass":
+        "a closed pool's empty channel answers waiting()/running() as an absent one; it is never used again",
+    "channels:_Channels.close:delete:channel.ready = False => pass":
+        "the ready flag only stops _kick (which returns on _closed anyway) and _retire (see above)",
+    "channels:_Channels.close:bool:channel.ready = False => False->True":
+        "the same as leaving the flag as it was",
+    "channels:_Channels.wait:compare:remaining <= 0 => LtE->Lt":
+        "differs only at exactly 0 left: Condition.wait(0) returns at once and the next pass returns",
+    "channels:_Channels.staff:delete:if not self._ready: return None => pass":
+        "the guard only spares the idle tick a lock: _staff returns None for an empty ready queue",
+    "channels:_Channels.staff:delete:return None => pass":
+        "the same: falls through to _staff, which returns None for an empty ready queue",
+    "channels:_Channels._staff:delete:if not self._ready or self._closed: return None => pass":
+        "_staff meets an empty ready queue only from a worker that just took a job (the newest busy one: it "
+        "returns its own _SPAWN_AFTER, spawning nothing) or racing staff(); close() empties the queue",
+    "channels:_Channels._staff:delete:return None => pass#2":
+        "the same guard's return: falling through comes to the same (see above)",
+    "channels:_Channels._staff:boolop:not self._ready or self._closed => Or->And":
+        "the same guard, weakened: as harmless as deleting it (see above)",
+    "channels:_Channels._staff:return:return None => 0#2":
+        "the same guard's value: staff() calls _staff only with channels ready, a race gives one tick at once",
+    "channels:_Channels._staff:boolop:self._starting or len(self._busy_since) < self._workers => Or->And":
+        "a starting worker is not busy, so while one starts busy < workers holds: 'and' says what 'or' does",
+    "channels:_Channels._staff:compare:time.monotonic() < at => Lt->LtE":
+        "differs only when the monotonic clock reads exactly the spawn time",
+    "channels:_Channels._work_loop:delete:self._done.notify_all() => pass":
+        "a worker going changes nothing wait() looks at (the channels running); the run's end notified already",
+    "channels:_Channels._wait_for_work:return:return False => None":
+        "its caller's while tests it for truth only",
+    "channels:_Channels._wait_for_work:return:return False => None#2":
+        "its caller's while tests it for truth only",
+    "channels:_Channels._wait_for_work:compare:now >= deadline => GtE->Gt":
+        "differs only when the monotonic clock reads exactly the deadline",
+    "channels:_Channels._wait_for_work:compare:self._linger <= 0 => LtE->Lt":
+        "a linger of 0 then sets a deadline of now, which returns False the same",
+    "channels:_Channels._wait_for_work:number:self._linger <= 0 => 0->-1":
+        "the same: a linger of 0 meets its deadline at once; nothing sets a negative one",
+    "channels:_Channels._staff:delete:return None => pass":
+        "the last statement: without it the function returns None all the same",
+    "channels:_Channels._staff:delete:return None => pass#3":
+        "with a worker idle, busy < workers: the next test returns None all the same",
+    "channels:_Channels.call:return:return result => None":
+        "every caller ignores what a callback returns",
+    "watcher:EventsWatcher._run:delete:continue => pass":
+        "after the spin, the rest of the pass computes a negative timeout and skips the sleep: the same",
+    "watcher:EventsWatcher._run:compare:timeout > 0 => Gt->GtE":
+        "time.sleep(0) instead of no sleep",
+    "watcher:EventsWatcher._stand_by:delete:return => pass":
+        "after a failed takeover _halt has set _wake, so the while ends at once",
+    "watcher:EventsWatcher._run:compare:mono >= next_poll => GtE->Gt":
+        "differs only when the monotonic clock reads exactly the poll time",
+    "channels:_Channels._staff:return:return None => 0":
+        "just after starting a worker: one tick at once, whose _staff then returns None (one is starting)",
+}
+
+
+# -- making mutants ------------------------------------------------------------
+
+@dataclass
+class Mutant:
+    id: str          # stable: no line number in it
+    part: str
+    function: str
+    line: int
+    op: str
+    index: int       # which mutation site in the walk (for applying it)
+    variant: int     # which change at that site
+
+
+_FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+         ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+
+
+def _short(node: ast.AST, limit: int = 60) -> str:
+    text = " ".join(ast.unparse(node).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _number_variants(value) -> list:
+    if isinstance(value, int):
+        return [value + 1, value - 1]
+    return [value * 2, 0.0] if value else [1.0]
+
+
+def _sites(node: ast.AST):
+    """Yield (node, op, [(description, apply)...]) for every place a mutant
+    can be made in ``node`` (a function body), in a fixed order.  ``apply``
+    changes the node in place (or returns a replacement statement)."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.Compare):
+            for i, op in enumerate(child.ops):
+                if type(op) in _FLIP:
+                    new = _FLIP[type(op)]
+                    yield child, "compare", [(f"{type(op).__name__}->{new.__name__}",
+                                              lambda c=child, i=i, new=new: c.ops.__setitem__(i, new()))]
+        elif isinstance(child, ast.Constant) and type(child.value) in (int, float):
+            yield child, "number", [(f"{child.value!r}->{v!r}", lambda c=child, v=v: setattr(c, "value", v))
+                                    for v in _number_variants(child.value)]
+        elif isinstance(child, ast.Constant) and isinstance(child.value, bool):
+            yield child, "bool", [(f"{child.value}->{not child.value}",
+                                   lambda c=child: setattr(c, "value", not c.value))]
+        elif isinstance(child, ast.BoolOp):
+            new = ast.Or if isinstance(child.op, ast.And) else ast.And
+            yield child, "boolop", [(f"{type(child.op).__name__}->{new.__name__}",
+                                     lambda c=child, new=new: setattr(c, "op", new()))]
+        elif isinstance(child, (ast.If, ast.While)):
+            yield child, "negate", [("not", lambda c=child: setattr(c, "test", ast.UnaryOp(ast.Not(), c.test)))]
+        if isinstance(child, ast.Return) and child.value is not None and not (
+                isinstance(child.value, ast.Constant) and child.value.value is None):
+            yield child, "return", [("None", lambda c=child: setattr(c, "value", ast.Constant(None)))]
+        elif isinstance(child, ast.Return) and child.value is not None:  # an explicit None means something
+            yield child, "return", [("0", lambda c=child: setattr(c, "value", ast.Constant(0)))]
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(child, field, None)
+            if not isinstance(body, list):
+                continue
+            for i, stmt in enumerate(body):
+                if not isinstance(stmt, ast.stmt) or isinstance(stmt, (ast.Pass, ast.FunctionDef,
+                                                                        ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue
+                if i == 0 and field == "body" and _is_docstring(stmt):
+                    continue
+                yield stmt, "delete", [("pass", lambda b=body, i=i: b.__setitem__(i, ast.Pass()))]
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def _functions(tree: ast.Module, source: str):
+    """Yield (part, qualified name, function node) for every function of the
+    module, outermost first, in source order."""
+    banners = []  # (line, part)
+    lines = source.splitlines()
+    for number, line in enumerate(lines, 1):
+        if line.startswith("# ---") and number < len(lines):
+            text = lines[number].lstrip("# ").strip()
+            for start, part in SECTIONS.items():
+                if text.startswith(start):
+                    banners.append((number, part))
+
+    def part_of(node):
+        part = None
+        for line, name in banners:
+            if line < node.lineno:
+                part = name
+        return OWN_PART.get(node.name, part)
+
+    def walk(nodes, prefix, part):
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield part, prefix + node.name, node
+                yield from walk(node.body, prefix + node.name + ".", part)
+            elif isinstance(node, ast.ClassDef):
+                yield from walk(node.body, prefix + node.name + ".", part)
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield from walk([node], "", part_of(node))
+
+
+def _walk_sites(tree: ast.Module, source: str):
+    """Every mutation site, in a fixed order: (part, function, site node, op, variants)."""
+    for part, name, function in _functions(tree, source):
+        defaults = [d for d in function.args.defaults + function.args.kw_defaults if d is not None]
+        skip = set()  # nested definitions are functions of their own
+        for inner in ast.walk(function):
+            if inner is not function and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                skip.update(id(x) for x in ast.walk(inner) if x is not inner)
+        holder = ast.Module(body=function.body, type_ignores=[])
+        for site in _sites(holder):
+            if id(site[0]) in skip:
+                continue
+            yield (part, name) + site
+        for default in defaults:
+            for site in _sites(ast.Module(body=[ast.Expr(default)], type_ignores=[])):
+                if site[1] != "delete":
+                    yield (part, name) + site
+
+
+def mutants(source: str) -> list[Mutant]:
+    tree = ast.parse(source)
+    found, seen = [], collections.Counter()
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    for index, (part, function, node, op, variants) in enumerate(_walk_sites(tree, source)):
+        for variant, (change, _) in enumerate(variants):
+            if op in ("number", "bool"):  # a constant alone says too little: name its expression
+                before = _short(parents[id(node)])
+            else:
+                before = _short(node, 50 if op in ("delete", "negate") else 60)
+            key = f"{part}:{function}:{op}:{before} => {change}"
+            seen[key] += 1
+            found.append(Mutant(f"{key}#{seen[key]}" if seen[key] > 1 else key, part, function,
+                                getattr(node, "lineno", 0), op, index, variant))
+    return found
+
+
+def mutated_source(source: str, mutant: Mutant) -> str:
+    tree = ast.parse(source)
+    for index, (_, _, _, _, variants) in enumerate(_walk_sites(tree, source)):
+        if index == mutant.index:
+            variants[mutant.variant][1]()
+            break
+    else:
+        raise LookupError(mutant.id)
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+# -- running them ----------------------------------------------------------------
+
+def _slot(base: Path, number: int) -> Path:
+    """A directory with what the tests read beside the module: the tests, the
+    README, the example events (copies: the tests find their files by their
+    own resolved path)."""
+    slot = base / f"slot{number}"
+    slot.mkdir()
+    shutil.copy(TESTS, slot / TESTS.name)
+    shutil.copy(ROOT / "README.md", slot / "README.md")
+    if (ROOT / "events").is_dir():
+        shutil.copytree(ROOT / "events", slot / "events")
+    return slot
+
+
+RUNNING: dict[Path, subprocess.Popen] = {}  # slot -> its test process, killed if this run is
+
+
+def run_tests(slot: Path, source: str, classes: list[str], timeout: float) -> tuple[str, float]:
+    """'killed', 'survived' or 'timeout' (killed too), and the seconds taken."""
+    (slot / "mom_events.py").write_text(source)
+    start = time.monotonic()
+    proc = RUNNING[slot] = subprocess.Popen([sys.executable, "-m", "unittest", "-f", "-q", *(f"test_mom_events.{c}" for c in classes)],
+                            cwd=slot, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
+    try:
+        code = proc.wait(timeout)
+        outcome = "survived" if code == 0 else "killed"
+    except subprocess.TimeoutExpired:
+        outcome = "timeout"
+    finally:
+        try:
+            os.killpg(proc.pid, 9)  # and whatever the tests started
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return outcome, time.monotonic() - start
+
+
+def _table(results: dict[str, list], equivalent: collections.Counter) -> str:
+    rows = ["| part | mutants | killed | survived | equivalent (excluded) | score |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    total = collections.Counter()
+    for part in list(SECTIONS.values()) + list(OWN_PART.values()):
+        outcomes = results.get(part)
+        if not outcomes and not equivalent[part]:
+            continue
+        outcomes = outcomes or []
+        killed = sum(o != "survived" for o in outcomes)
+        survived = len(outcomes) - killed
+        n = len(outcomes) + equivalent[part]
+        total.update(mutants=n, killed=killed, survived=survived, equivalent=equivalent[part])
+        score = f"{100 * killed / (killed + survived):.0f} %" if killed + survived else "-"
+        rows.append(f"| {part} | {n} | {killed} | {survived} | {equivalent[part]} | {score} |")
+    k, s = total["killed"], total["survived"]
+    rows.append(f"| all | {total['mutants']} | {k} | {s} | {total['equivalent']} | "
+                f"{100 * k / (k + s):.0f} % |" if k + s else "| all | 0 | | | | |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", action="append", choices=sorted(COVERING), help="only this part (repeatable)")
+    parser.add_argument("--function", help="only functions whose qualified name matches this regex")
+    parser.add_argument("--op", action="append", help="only this kind of mutant (compare, number, bool, "
+                        "boolop, negate, return, delete; repeatable)")
+    parser.add_argument("--sample", "--limit", type=int, dest="sample", help="run N mutants chosen at random")
+    parser.add_argument("--seed", type=int, default=1, help="for --sample (default 1)")
+    parser.add_argument("--jobs", type=int, default=2, help="parallel test processes (default 2)")
+    parser.add_argument("--timeout", type=float, default=60, help="seconds per mutant (default 60)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--list-survivors", action="store_true", help="list the survivors and equivalents")
+    parser.add_argument("--ids", help="a file of mutant ids to run (one a line), e.g. last run's survivors")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # killed: its test processes go too
+
+    source = MODULE.read_text()
+    everything = mutants(source)
+    unknown = set(EQUIVALENT) - {m.id for m in everything}
+    if unknown:
+        print("equivalent mutants not found (the code changed?):", *sorted(unknown), sep="\n  ", file=sys.stderr)
+    chosen = [m for m in everything if (not args.part or m.part in args.part)
+              and (not args.function or re.search(args.function, m.function))
+              and (not args.op or m.op in args.op)]
+    if args.ids:
+        wanted = {line.strip() for line in Path(args.ids).read_text().splitlines()}
+        chosen = [m for m in chosen if m.id in wanted]
+    equivalent = collections.Counter(m.part for m in chosen if m.id in EQUIVALENT)
+    to_run = [m for m in chosen if m.id not in EQUIVALENT]
+    if args.sample is not None and args.sample < len(to_run):
+        to_run = sorted(random.Random(args.seed).sample(to_run, args.sample), key=everything.index)
+        equivalent = collections.Counter()  # a sample says nothing about them
+    if args.list:
+        for m in chosen:
+            print(f"{m.line:5}  {m.id}{'  (equivalent)' if m.id in EQUIVALENT else ''}")
+        print(f"{len(chosen)} mutants", file=sys.stderr)
+        return 0
+
+    defined = set(re.findall(r"^class (\w+)\(", TESTS.read_text(), re.M))
+    covering = {part: [c for c in classes if c in defined] for part, classes in COVERING.items()}
+    base = Path(tempfile.mkdtemp(prefix="mom_events_mutate_"))
+    slots = [_slot(base, n) for n in range(args.jobs)]
+    free = list(slots)
+    baseline_src = ast.unparse(ast.parse(source))
+    results: dict[str, list] = collections.defaultdict(list)
+    survivors: list[Mutant] = []
+    started = time.monotonic()
+    pool = None
+
+    def one(mutant: Mutant):
+        slot = free.pop()
+        try:
+            return mutant, run_tests(slot, mutated_source(source, mutant), covering[mutant.part], args.timeout)
+        finally:
+            free.append(slot)
+
+    try:
+        print(f"{len(to_run)} mutants to run ({len(everything)} in all), {args.jobs} at a time", file=sys.stderr)
+        for part in sorted({m.part for m in to_run}):  # the unmutated module must pass what each part runs
+            outcome, seconds = run_tests(slots[0], baseline_src, covering[part], 600)
+            print(f"baseline {part}: {outcome} in {seconds:.1f} s", file=sys.stderr)
+            if outcome != "survived":
+                print(f"the tests for {part} fail without a mutant: fix that first", file=sys.stderr)
+                return 2
+        pool = ThreadPoolExecutor(args.jobs)
+        for done, (mutant, (outcome, seconds)) in enumerate(pool.map(one, to_run), 1):
+            results[mutant.part].append(outcome)
+            if outcome == "survived":
+                survivors.append(mutant)
+            print(f"[{done}/{len(to_run)} {time.monotonic() - started:.0f}s] {outcome:8} {seconds:5.1f}s "
+                  f"{mutant.line}: {mutant.id}", file=sys.stderr, flush=True)
+        pool.shutdown()
+    except KeyboardInterrupt:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list(RUNNING.values()):
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+        raise
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    print(f"mom_events mutation run: {len(to_run)} mutants"
+          f"{f' (a sample, seed {args.seed})' if args.sample is not None else ''}, "
+          f"{time.monotonic() - started:.0f} s, {args.jobs} processes\n")
+    print(_table(results, equivalent))
+    if args.list_survivors:
+        print("\nSurvivors:")
+        for m in survivors:
+            print(f"  {m.line:5}  {m.id}")
+        names = [m for m in chosen if m.id in EQUIVALENT]
+        if names:
+            print("\nEquivalent (excluded):")
+            for m in names:
+                print(f"  {m.line:5}  {m.id}\n         {EQUIVALENT[m.id]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
