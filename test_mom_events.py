@@ -3943,7 +3943,8 @@ class FakeSlack:
         args = await request.json() if request.content_type == "application/json" else dict(await request.post())
         if method == "auth.test":
             return web.json_response({"ok": True, "url": "https://test.slack.com/", "team": "Test", "user": "bot",
-                                      "team_id": "T1", "user_id": "UBOT", "bot_id": "BBOT", "is_enterprise_install": False})
+                                      "team_id": "T1", "user_id": "UBOT", "bot_id": "BBOT",
+                                      "is_enterprise_install": False})
         if method == "apps.connections.open":
             return web.json_response({"ok": True, "url": self.socket_url})
         if method == "chat.postMessage":
@@ -4597,9 +4598,9 @@ class RealSchedulerTest(unittest.TestCase):
         fired = []
         due = time.time() + 0.4
         put(d, "soon.json", one_shot(due))
-        with self.assertNoLogs("mom_events", "ERROR"):
-            with EventsWatcher(d, lambda event: fired.append(time.time()), poll_interval=1.0):
-                self.assertTrue(wait_for(lambda: fired, 5))
+        with self.assertNoLogs("mom_events", "ERROR"), \
+                EventsWatcher(d, lambda event: fired.append(time.time()), poll_interval=1.0):
+            self.assertTrue(wait_for(lambda: fired, 5))
         self.assertGreaterEqual(fired[0], due)
         self.assertLess(fired[0], due + 0.3)
 
@@ -4670,9 +4671,8 @@ class RealSchedulerTest(unittest.TestCase):
                               ({"max_queued": 0}, ValueError), ({"max_queued": True}, ValueError),
                               ({"max_queued": 2.0}, ValueError), ({"misfire_grace": -1}, ValueError),
                               ({"misfire_grace": math.nan}, ValueError)):
-            with self.subTest(**{k: repr(v) for k, v in kwargs.items()}):
-                with self.assertRaises(error):
-                    EventsWatcher(d, **{"handler": handler, **kwargs})
+            with self.subTest(**{k: repr(v) for k, v in kwargs.items()}), self.assertRaises(error):
+                EventsWatcher(d, **{"handler": handler, **kwargs})
         EventsWatcher(d, handler, max_queued=1, misfire_grace=0, poll_interval=0.001)  # the edges are fine
 
     def test_a_running_watcher_cannot_be_started_again(self):

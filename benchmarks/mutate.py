@@ -70,11 +70,11 @@ _WATCHER = ["StartupTest", "OneShotTest", "PeriodicTest", "ScanTest", "ChangeTes
             "ClockStepTest", "HeapTest", "MisfireGraceTest", "ActOnWhatWasJudgedTest"]
 COVERING = {
     "parsing": ["ParseEventTest", "FuzzTest", "LengthLimitTest", "OneLineOutputTest", "RejectedInProcessTest",
-                "StartupTest", "OneShotTest", "JudgeAgreementTest"],
+                "StartupTest", "OneShotTest", "JudgeAgreementTest", "LanguageTest"],
     "cron": ["CronTest", "DaylightSavingTest", "CronDialectTest", "CronReferenceTest", "PeriodicTest",
-             "WeekdayRangeTest"],
+             "WeekdayRangeTest", "LanguageTest"],
     "judge": ["StartupTest", "OneShotTest", "PeriodicTest", "MisfireGraceTest", "JudgeAgreementTest",
-              "RejectedInProcessTest"],
+              "RejectedInProcessTest", "DowntimeTest", "LanguageTest"],
     "scan": ["ScannerPartTest", "ScanTest", "ChangeTest", "NamesAndKindsTest", "StartupTest", "MidWriteTest",
              "RetryTest"],
     "scanner": ["ScannerPartTest", "ScanTest", "ChangeTest", "NamesAndKindsTest", "StartupTest", "MidWriteTest",
@@ -85,7 +85,8 @@ COVERING = {
                  "SubmitTest", "IsolationTest", "AsyncTest", "StoppedLoopTest", "LifecycleTest", "EndToEndTest",
                  "ChannelsReportTest", "CallbackFaultTest"],
     "history": ["HistoryTest", "HistoryShortWriteTest", "RejectedInProcessTest", "OneLineOutputTest"],
-    "files": _WATCHER + ["FaultTest", "CallbackFaultTest", "RejectedInProcessTest", "HistoryTest"],
+    "files": _WATCHER + ["FaultTest", "CallbackFaultTest", "RejectedInProcessTest", "HistoryTest", "DowntimeTest",
+                         "LanguageTest", "ActOnWhatWasJudgedTest", "MidWriteTest"],
     "watcher": ["RealSchedulerTest", "StartupTest", "OneShotTest", "SubmitTest", "ClockStepTest",
                 "EndToEndTest", "LifecycleTest", "StoppedLoopTest", "AsyncTest", "StandbyTest"],
     "prompt": ["PromptTest", "RecipeTest"],
@@ -347,8 +348,8 @@ def run_tests(slot: Path, source: str, classes: list[str], timeout: float) -> tu
     """'killed', 'survived' or 'timeout' (killed too), and the seconds taken."""
     (slot / "mom_events.py").write_text(source)
     start = time.monotonic()
-    proc = RUNNING[slot] = subprocess.Popen([sys.executable, "-m", "unittest", "-f", "-q", *(f"test_mom_events.{c}" for c in classes)],
-                            cwd=slot, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    command = [sys.executable, "-m", "unittest", "-f", "-q", *(f"test_mom_events.{c}" for c in classes)]
+    proc = RUNNING[slot] = subprocess.Popen(command, cwd=slot, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
     try:
         code = proc.wait(timeout)
