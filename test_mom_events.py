@@ -4687,8 +4687,10 @@ class RealSchedulerTest(unittest.TestCase):
         h.start()
         for i in range(7):
             h.write(f"e{i}.json", immediate(text=f"e{i}"))
-        h.w._tick(h.now + 0.1)  # the workers are held: nothing runs, all wait
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            h.w._tick(h.now + 0.1)  # the workers are held: nothing runs, all wait
         self.assertEqual(h.w._channels.waiting("C1"), 5)
+        self.assertEqual(len([line for line in logs.output if "already has 5 events waiting" in line]), 2)
 
     def test_events_keep_running_after_the_pool_went_idle(self):
         d = temp_dir(self, "mom_events_idle_")
@@ -4783,7 +4785,13 @@ class ChannelsReportTest(unittest.TestCase):
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
-        self.addCleanup(lambda: (loop.call_soon_threadsafe(loop.stop), thread.join(5), loop.close()))
+
+        def cleanup():
+            if thread.is_alive():
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(5)
+            close_stopped_loop(loop)
+        self.addCleanup(cleanup)
         c = mom_events._Channels(lambda job: None, 5, lambda: None)
         c.loop = loop
 
