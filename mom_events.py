@@ -2191,7 +2191,7 @@ class _File:
     first_look: _Startup | None = None  # found by a first look (start-up, after a blind spell)
     queued: _Job | None = None     # its last occurrence put on a queue (it may have started since)
     quiet: bool = False               # its problem was logged; silent until it changes
-    ignored: set[str] = field(default_factory=set)  # unknown fields said in the log
+    ignored: frozenset[str] = frozenset()  # unknown fields said in the log (shared while none)
     spent: bool = False               # ran or was dropped, but could not be deleted
 
     @property
@@ -2308,9 +2308,9 @@ class _Files:
             self._retry_later(f, now, exc, data)
             return
         f.event, f.attempts = event, 0
-        if ignored and set(ignored) != f.ignored:  # said once per file, until the set changes
+        if ignored and frozenset(ignored) != f.ignored:  # said once per file, until the set changes
             log.info("%s: %s", f.name, _unknown_fields(ignored))
-        f.ignored = set(ignored)
+            f.ignored = frozenset(ignored)
         self._plan(f, event, now, data)
 
     def _retry_later(self, f: _File, now: float, exc: EventError, data: bytes) -> None:
