@@ -5097,6 +5097,75 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         self.assertEqual([t for t in h.texts() if not t.startswith("missing")], ["fixed"])
 
 
+class JudgeEdgeTest(unittest.TestCase):
+    """The judge at the edges of its rules, each edge on both sides: where a
+    mutation run found a comparison or a constant that no test pinned."""
+
+    NOW = 1_800_000_000.0
+
+    def startup(self, down_since=None, grace=0.0, stale_before=None):
+        return mom_events._Startup(self.NOW, down_since, self.NOW if stale_before is None else stale_before, grace)
+
+    def one_shot(self, due):
+        return parse_event(json.dumps(one_shot(due)), "o.json")
+
+    def test_staleness_at_its_edges(self):
+        event = parse_event(json.dumps(immediate()), "i.json")
+        edge = int(self.NOW * 1e9) - mom_events._TICK_NS  # written exactly 2 s before the start: not stale
+        unknown = self.startup()
+        self.assertEqual(mom_events._judge(event, edge, self.NOW, unknown).action, "run")
+        self.assertEqual(mom_events._judge(event, edge - 1, self.NOW, unknown).action, "drop")
+        since = self.NOW - 60
+        known = self.startup(down_since=since)
+        self.assertEqual(mom_events._judge(event, int(since * 1e9) - 1, self.NOW, known).action, "run")  # before
+        self.assertEqual(mom_events._judge(event, int(since * 1e9), self.NOW, known).action, "drop")      # inside
+        self.assertIs(known.stale(int(since * 1e9) - 1), False)
+
+    def test_one_shots_at_the_edges_of_the_window(self):
+        since = self.NOW - 600
+        known = self.startup(down_since=since)
+        self.assertEqual(mom_events._judge(self.one_shot(since - 1), 0, self.NOW, known).action, "run")
+        self.assertEqual(mom_events._judge(self.one_shot(since), 0, self.NOW, known).action, "drop")
+        grace = mom_events._TAKEOVER_GRACE
+        self.assertEqual(mom_events._judge(self.one_shot(self.NOW - grace), 0, self.NOW, known).action, "run")
+        self.assertEqual(mom_events._judge(self.one_shot(self.NOW - grace - 0.01), 0, self.NOW, known).action,
+                         "drop")
+        misfire = self.startup(grace=0.5)
+        self.assertEqual(mom_events._judge(self.one_shot(self.NOW - 0.5), 0, self.NOW, misfire).action, "run")
+        self.assertEqual(mom_events._judge(self.one_shot(self.NOW - 0.51), 0, self.NOW, misfire).action, "drop")
+
+    def test_the_trace_at_its_edges(self):
+        self.assertIsNone(mom_events._down_since(None, self.NOW))
+        self.assertEqual(mom_events._down_since((self.NOW + 1.0, True), self.NOW), self.NOW)  # a second's skew
+        with self.assertLogs("mom_events", "WARNING"):
+            self.assertIsNone(mom_events._down_since((self.NOW + 1.01, True), self.NOW))
+        self.assertEqual(mom_events._down_since((self.NOW - 10, True), self.NOW), self.NOW - 10)
+        self.assertEqual(mom_events._down_since((self.NOW - 10, False), self.NOW), self.NOW - 10 + 2)
+
+    def test_periodic_verdicts_count_only_with_a_known_window(self):
+        event = parse_event(json.dumps(periodic("* * * * * *")), "p.json")
+        verdict = mom_events._judge(event, 0, self.NOW, None)
+        self.assertEqual((verdict.action, verdict.missed, verdict.catch_up), ("schedule", 0, None))
+        interval = parse_event(json.dumps({"type": "periodic", "channelId": "C", "text": "t", "every": "1h"}),
+                               "i.json")
+        written = self.NOW - 600
+        self.assertEqual(mom_events._judge(interval, int(written * 1e9), self.NOW, None).due, written + 3600)
+
+    def test_missed_counts_an_occurrence_exactly_at_the_start_and_finds_the_latest_of_many(self):
+        event = parse_event(json.dumps(periodic("* * * * * *")), "p.json")
+        self.assertEqual(mom_events._missed(event, self.NOW - 3, self.NOW, 0), (3, self.NOW - 1))
+        count, latest = mom_events._missed(event, self.NOW - 100_000.5, self.NOW + 0.5, 0)
+        self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW))
+        minutely = parse_event(json.dumps(periodic("0 * * * * *")), "m.json")  # more than a hundred in ten days
+        count, latest = mom_events._missed(minutely, self.NOW - 86400 * 10, self.NOW, 0)
+        self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW - 60))  # NOW itself is not before NOW
+
+    def test_an_occurrence_is_due_at_the_one_shots_own_offset(self):
+        event = parse_event(json.dumps(one_shot("2027-03-01T10:00:00+01:00")), "o.json")
+        self.assertEqual(mom_events._aware(event, mom_events._at_of(event).timestamp()).isoformat(),
+                         "2027-03-01T10:00:00+01:00")
+
+
 class JudgeAgreementTest(unittest.TestCase):
     """--check and the harness ask the same judge, so they cannot disagree:
     on many drawn files, --check says "ok" exactly for the files that the

@@ -74,7 +74,7 @@ COVERING = {
     "cron": ["CronTest", "DaylightSavingTest", "CronDialectTest", "CronReferenceTest", "PeriodicTest",
              "WeekdayRangeTest", "LanguageTest"],
     "judge": ["StartupTest", "OneShotTest", "PeriodicTest", "MisfireGraceTest", "JudgeAgreementTest",
-              "RejectedInProcessTest", "DowntimeTest", "LanguageTest"],
+              "RejectedInProcessTest", "DowntimeTest", "LanguageTest", "JudgeEdgeTest"],
     "scan": ["ScannerPartTest", "ScanTest", "ChangeTest", "NamesAndKindsTest", "StartupTest", "MidWriteTest",
              "RetryTest"],
     "scanner": ["ScannerPartTest", "ScanTest", "ChangeTest", "NamesAndKindsTest", "StartupTest", "MidWriteTest",
