@@ -1299,9 +1299,11 @@ class _DirectoryLock:
         # The previous holder's trace stays as it is until this harness has
         # looked at the directory (its first beat): killed during its own
         # start-up, it must not hide the downtime from the next one.
-        self.trace = self._trace(fd)
-        rest = os.pread(fd, 256, 0).partition(b"\n")[2] if self.trace is not None else b""
         st = os.fstat(fd)
+        rest = os.pread(fd, 256, 0).partition(b"\n")[2]
+        self.trace = self._trace(rest, st.st_mtime)
+        if self.trace is None:
+            rest = b""
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode() + rest, 0)
         if self.trace is not None:
@@ -1310,16 +1312,13 @@ class _DirectoryLock:
         self._tracing = False
 
     @staticmethod
-    def _trace(fd: int) -> tuple[float, bool] | None:
+    def _trace(rest: bytes, mtime: float) -> tuple[float, bool] | None:
         """When the previous holder was last alive, and whether it stopped
-        cleanly then; None when unknown."""
-        try:
-            rest = os.pread(fd, 256, 0).partition(b"\n")[2]
-            if rest not in (_TRACE.encode(), (_TRACE + _STOPPED).encode()):
-                return None
-            return os.fstat(fd).st_mtime, rest.endswith(_STOPPED.encode())
-        except OSError:
+        cleanly then, from the lines after its PID and the file's mtime;
+        None when unknown."""
+        if rest not in (_TRACE.encode(), (_TRACE + _STOPPED).encode()):
             return None
+        return mtime, rest.endswith(_STOPPED.encode())
 
     def beat(self, stopping: bool = False) -> None:
         """A sign of life: the file's mtime is now (and, ``stopping``, that
@@ -2534,13 +2533,14 @@ class _Files:
 
     def _delete(self, f: _File, sig: _Sig | None = None, digest: int | None = None) -> bool:
         """Delete the file judged (``sig`` and ``digest``; by default, what
-        was read last).  False when it cannot be deleted: logged once, and it
-        never runs again in this process."""
+        was read last); whether it did.  Not when another file has its name
+        now (the next scan reads that one), nor when it cannot be deleted:
+        that is logged once, and it never runs again in this process."""
         try:
             taken = self._take(f, sig or f.sig, digest if sig else f.digest)
         except OSError as exc:
             return self._undeletable(f, exc)
-        return taken is None or self._unlink_taken(f, taken)
+        return taken is not None and self._unlink_taken(f, taken)
 
     def _take(self, f: _File, sig: _Sig, digest: int | None) -> str | None:
         """Act on the file judged, not on whatever has its name now: check

@@ -5079,6 +5079,15 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["first", "second"])
         self.assertFalse(h.exists("a.json"))
 
+    def test_a_missed_one_shot_replaced_as_it_is_deleted_is_not_told_as_deleted(self):
+        h = Harness(self)
+        h.write("a.json", one_shot(h.now - 3600, text="long gone"))
+        with self.moved_in_first(h, "rename", "new"), self.assertLogs("mom_events", "INFO"):
+            h.start()  # missed: deleted unrun, but an mv lands first
+        self.assertEqual([e.type for _, e in h.fired], [])  # no "missed ... the file was deleted"
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["new"])
+
     def test_a_file_moved_in_as_a_bad_one_is_renamed_is_not_rejected(self):
         h = Harness(self)
         h.start()
