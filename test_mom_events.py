@@ -3582,6 +3582,114 @@ class HistoryShortWriteTest(unittest.TestCase):
         self.assertEqual(set(mom_events._last_outcomes(str(path))), {"next.json"})
 
 
+class HistoryEdgeTest(unittest.TestCase):
+    """The history's writer and reader at their edges, each rule on both
+    sides; found by a mutation run of the history (issue 19)."""
+
+    def history(self, path=None):
+        path = path or temp_dir(self, "mom_events_hist_") / "h.jsonl"
+        history = mom_events._History(path)
+        self.addCleanup(history.close)
+        return history, path
+
+    def test_a_whole_last_line_gets_no_blank_line_and_any_fragment_does_get_one(self):
+        for before, lines in [(b'{"outcome": "done"}\n', [b'{"outcome": "done"}']),
+                              (b"x", [b"x"]),  # a fragment of one byte
+                              (b"", [])]:
+            with self.subTest(before=before):
+                history, path = self.history()
+                path.write_bytes(before)
+                history.record("done", "next.json")
+                written = path.read_bytes().split(b"\n")
+                self.assertEqual(written.pop(), b"")
+                self.assertEqual(written[:-1], lines)
+                self.assertEqual(json.loads(written[-1])["filename"], "next.json")
+
+    def test_a_history_whose_end_cannot_be_read_is_taken_as_whole(self):
+        history, path = self.history()
+        path.write_bytes(b'{"outcome": "done"}\n')
+        history._torn = True  # as a write that failed before would leave it
+
+        def unreadable(*args):
+            raise OSError(5, "Input/output error")
+
+        with mock.patch("os.pread", unreadable):
+            history.record("done", "a.json")
+        self.assertEqual([r["filename"] for r in read_history(path)[1:]], ["a.json"])
+
+    def test_a_new_history_file_is_readable_by_all_and_writable_by_its_owner(self):
+        old = os.umask(0o022)
+        self.addCleanup(os.umask, old)
+        history, path = self.history()
+        history.record("done", "a.json")
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o644)
+
+    def test_a_rotation_that_makes_a_new_file_is_followed_and_the_old_descriptor_closed(self):
+        history, path = self.history()
+        history.record("done", "a.json")
+        os.rename(path, path.with_suffix(".1"))
+        path.write_bytes(b"")  # logrotate's create
+        history.record("done", "b.json")
+        history.record("done", "c.json")
+        self.assertEqual([r["filename"] for r in read_history(path)], ["b.json", "c.json"])
+        self.assertEqual([r["filename"] for r in read_history(path.with_suffix(".1"))], ["a.json"])
+        fds = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+               if os.path.exists(f"/proc/self/fd/{fd}")]
+        self.assertEqual(sum(link.startswith(str(path.parent)) for link in fds), 1, fds)
+
+    def test_fields_ending_in_at_are_times_unless_already_text_and_the_rest_are_kept_as_given(self):
+        history, path = self.history()
+        history.record("missed", "café.json", dueAt=0.0, startedAt="2025-01-01T09:00:00+00:00", count=3,
+                       detail="déjà vu")
+        raw = path.read_bytes()
+        self.assertIn("café.json".encode(), raw)  # written as UTF-8, not \u escapes
+        self.assertIn("déjà vu".encode(), raw)
+        entry = json.loads(raw)
+        self.assertEqual(entry["dueAt"], mom_events._iso(0.0))
+        self.assertEqual(entry["startedAt"], "2025-01-01T09:00:00+00:00")
+        self.assertEqual(entry["count"], 3)
+
+    def test_times_beyond_the_calendar_are_numbers_and_none_stays_none(self):
+        self.assertIsNone(mom_events._iso(None))
+        self.assertEqual(mom_events._iso(1e20), "100000000000000000000.000")
+        self.assertEqual(mom_events._iso(-1e20), "-100000000000000000000.000")
+        self.assertEqual(mom_events._iso(0.0, "seconds"), datetime.fromtimestamp(0).astimezone().isoformat("T",
+                                                                                                          "seconds"))
+
+    def test_a_write_that_writes_nothing_is_a_failure_logged_once_and_the_recovery_once(self):
+        history, path = self.history()
+        with mock.patch("os.write", lambda fd, data: 0), self.assertLogs("mom_events", "ERROR") as logs:
+            history.record("done", "a.json")
+            history.record("done", "b.json")
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("(nothing was written)", logs.output[0])
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            history.record("done", "c.json")
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("is written again", logs.output[0])
+        with self.assertNoLogs("mom_events"):
+            history.record("done", "d.json")
+        self.assertEqual([r["filename"] for r in read_history(path)], ["c.json", "d.json"])
+
+    def test_check_reads_the_last_8_mib_of_the_history_from_its_first_whole_line(self):
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
+        limit = 8 << 20
+
+        def line(name, size):  # padded in front: what a cut leaves of it still parses
+            text = json.dumps({"filename": name, "type": "one-shot", "outcome": "done"})
+            return (" " * (size - len(text) - 1) + text + "\n").encode()
+
+        for extra, first_kept in [(0, True), (1, False)]:
+            with self.subTest(extra=extra):
+                first = line("first.json", 100 + extra)
+                rest = line("rest.json", limit - 100)
+                path.write_bytes(first + rest)
+                self.assertEqual(path.stat().st_size, limit + extra)
+                self.assertEqual(set(mom_events._last_outcomes(str(path))),
+                                 {"first.json", "rest.json"} if first_kept else {"rest.json"})
+                self.assertEqual(set(mom_events._last_outcomes(str(path), limit=len(rest) + 1)), {"rest.json"})
+
+
 class AsyncTest(unittest.TestCase):
     def setUp(self):
         self.dir = temp_dir(self, "mom_events_async_")

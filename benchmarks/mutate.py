@@ -84,7 +84,7 @@ COVERING = {
     "channels": ["ChannelsPartTest", "WorkerPoolTest", "RealSchedulerTest", "QueueTest", "CallbackTest",
                  "SubmitTest", "IsolationTest", "AsyncTest", "StoppedLoopTest", "LifecycleTest", "EndToEndTest",
                  "ChannelsReportTest", "CallbackFaultTest"],
-    "history": ["HistoryTest", "HistoryShortWriteTest", "RejectedInProcessTest", "OneLineOutputTest"],
+    "history": ["HistoryEdgeTest", "HistoryTest", "HistoryShortWriteTest", "RejectedInProcessTest", "OneLineOutputTest"],
     "files": _WATCHER + ["FaultTest", "CallbackFaultTest", "RejectedInProcessTest", "HistoryTest", "DowntimeTest",
                          "LanguageTest", "ActOnWhatWasJudgedTest", "MidWriteTest"],
     "watcher": ["RealSchedulerTest", "StartupTest", "OneShotTest", "SubmitTest", "ClockStepTest",
@@ -114,7 +114,7 @@ EQUIVALENT = {
         "what _spawn returns is never used (tests' stand-ins return what they like)",
     "channels:_start_thread:return:return thread => None":
         "what _spawn returns is never used",
-    "channels:_Channels.__init__:delete:self.loop: Optional[asyncio.AbstractEventLoop] ... => pass":
+    "channels:_Channels.__init__:delete:self.loop: asyncio.AbstractEventLoop | None = None => pass":
         "the watcher, the only maker of _Channels, sets .loop right after making it",
     "channels:_Channels.close:delete:self._ready.clear() => pass":
         "after close every worker leaves on _closed and _staff returns at once: the ready queue is never read",
@@ -169,6 +169,24 @@ EQUIVALENT = {
         "after a failed takeover _halt has set _wake, so the while ends at once",
     "watcher:EventsWatcher._run:compare:mono >= next_poll => GtE->Gt":
         "differs only when the monotonic clock reads exactly the poll time",
+    "history:_iso:delete:continue => pass":
+        "the last statement of the except, inside the loop: the loop goes on all the same",
+    "history:_History.__init__:delete:self._id: _DirId | None = None => pass":
+        "_id is read only by _rotated, which runs only with a descriptor, and _open sets both together",
+    "history:_History.__init__:delete:self._torn = False => pass":
+        "_torn is read only by _append, which runs only after _open has set it",
+    "history:_History.__init__:bool:self._torn = False => False->True":
+        "the same: _open sets _torn before any _append reads it",
+    "history:_History._open:compare:st.st_size > 0 => Gt->GtE":
+        "differs only for an empty file, where pread at offset -1 fails and the except says whole all the same",
+    "history:_History._open:number:st.st_size > 0 => 0->-1":
+        "> -1 is >= 0: the same as >= 0 above",
+    "history:_History._open:number:os.pread(fd, 1, st.st_size - 1) => 1->2":
+        "at offset size - 1 only one byte is left to read",
+    "history:_last_outcomes:delete:continue => pass":
+        "the last statement of the except, inside the loop: the loop goes on all the same",
+    "cron:_CronTimes.get_next:delete:... => pass":
+        "a Protocol's stub: its body never runs",
     "channels:_Channels._staff:return:return None => 0":
         "just after starting a worker: one tick at once, whose _staff then returns None (one is starting)",
 }
@@ -344,11 +362,12 @@ def _slot(base: Path, number: int) -> Path:
 RUNNING: dict[Path, subprocess.Popen] = {}  # slot -> its test process, killed if this run is
 
 
-def run_tests(slot: Path, source: str, classes: list[str], timeout: float) -> tuple[str, float]:
-    """'killed', 'survived' or 'timeout' (killed too), and the seconds taken."""
+def run_tests(slot: Path, source: str, tests: list[str], timeout: float) -> tuple[str, float]:
+    """'killed', 'survived' or 'timeout' (killed too), and the seconds taken.
+    ``tests`` are unittest names below test_mom_events (classes or methods)."""
     (slot / "mom_events.py").write_text(source)
     start = time.monotonic()
-    command = [sys.executable, "-m", "unittest", "-f", "-q", *(f"test_mom_events.{c}" for c in classes)]
+    command = [sys.executable, "-m", "unittest", "-f", "-q", *(f"test_mom_events.{t}" for t in tests)]
     proc = RUNNING[slot] = subprocess.Popen(command, cwd=slot, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
     try:
@@ -363,6 +382,140 @@ def run_tests(slot: Path, source: str, classes: list[str], timeout: float) -> tu
             pass
         proc.wait()
     return outcome, time.monotonic() - start
+
+
+# -- which tests run which function -------------------------------------------------
+#
+# A mutant inside a function can only be noticed by a test that runs that
+# function (default values included: they matter only to its calls), so each
+# mutant runs the tests that called its function in an unmutated run of the
+# whole suite, quickest first.  The map is made once per version of the module
+# and tests (about as long as the suite under a light trace) and kept in
+# benchmarks/.mutate-coverage.json.  Functions run by a harness the tests
+# start (python mom_events.py ...) are seen through a sitecustomize that the
+# map's run puts on PYTHONPATH.  A test that runs a function only by the luck of
+# timing can be missed: its mutants then survive here, and are for a reader
+# to look at, never counted killed by mistake.
+
+_SITECUSTOMIZE = r"""
+import os, sys, threading
+_out = os.environ.get("MOM_MUTATE_COVER")
+if _out:
+    _seen = set()
+    _test = os.environ.get("MOM_MUTATE_TEST", "?")
+    def _call(frame, event, arg, _seen=_seen):
+        code = frame.f_code
+        if code not in _seen and os.path.basename(code.co_filename) == "mom_events.py":
+            _seen.add(code)
+            with open(os.path.join(_out, "%s.%d" % (_test, os.getpid())), "a") as f:
+                f.write(code.co_qualname + "\n")
+        return None
+    sys.settrace(_call)
+    threading.settrace(_call)
+"""
+
+_COVER_RUNNER = r"""
+import json, os, sys, threading, time, unittest
+import test_mom_events
+out = sys.argv[1]
+current = ["?"]
+seen = {}
+def _call(frame, event, arg):
+    code = frame.f_code
+    if os.path.basename(code.co_filename) == "mom_events.py":
+        seen.setdefault(current[0], set()).add(code.co_qualname)
+    return None
+tests = []
+def flat(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            flat(t)
+        else:
+            tests.append(t)
+flat(unittest.defaultTestLoader.loadTestsFromModule(test_mom_events))
+sys.settrace(_call)
+threading.settrace(_call)
+found = {}
+for test in tests:
+    name = test.id().split(".", 1)[1]
+    current[0] = name
+    os.environ["MOM_MUTATE_TEST"] = name
+    result = unittest.TestResult()
+    start = time.monotonic()
+    test(result)
+    found[name] = {"seconds": time.monotonic() - start, "ok": result.wasSuccessful(),
+                   "functions": sorted(seen.pop(name, ()))}
+sys.settrace(None)
+threading.settrace(None)
+children = os.environ["MOM_MUTATE_COVER"]
+for entry in os.listdir(children):
+    name = entry.rsplit(".", 1)[0]
+    with open(os.path.join(children, entry)) as f:
+        more = {line.strip() for line in f if line.strip()}
+    if name in found:
+        found[name]["functions"] = sorted(set(found[name]["functions"]) | more)
+with open(out, "w") as f:
+    json.dump(found, f)
+"""
+
+CACHE = ROOT / "benchmarks" / ".mutate-coverage.json"
+
+
+def _function_name(qualname: str) -> str:
+    """A code object's qualified name as _functions() names it: nested
+    functions are Outer.inner; lambdas and comprehensions are their function."""
+    parts = []
+    for piece in qualname.split("."):
+        if piece == "<locals>":
+            continue
+        if piece.startswith("<"):
+            break
+        parts.append(piece)
+    return ".".join(parts)
+
+
+def coverage_map(slot: Path, source: str) -> dict[str, dict]:
+    """test name -> {"seconds", "ok", "functions"}: made in ``slot`` or read from the cache."""
+    import hashlib
+    import json
+    key = hashlib.sha256((source + TESTS.read_text() + _SITECUSTOMIZE + _COVER_RUNNER).encode()).hexdigest()
+    if CACHE.exists():
+        cached = json.loads(CACHE.read_text())
+        if cached.get("key") == key:
+            return cached["tests"]
+    print("mapping which tests run which function (one traced run of the suite)...", file=sys.stderr, flush=True)
+    (slot / "mom_events.py").write_text(source)
+    site = slot / "_cover_site"
+    children = slot / "_cover_children"
+    site.mkdir(exist_ok=True)
+    children.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    (slot / "_cover_runner.py").write_text(_COVER_RUNNER)
+    out = slot / "_cover.json"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MOM_MUTATE_COVER": str(children),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    start = time.monotonic()
+    subprocess.run([sys.executable, "_cover_runner.py", str(out)], cwd=slot, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tests = json.loads(out.read_text())
+    for name in ("_cover_runner.py", "_cover.json"):
+        (slot / name).unlink()
+    shutil.rmtree(site)
+    shutil.rmtree(children)
+    failing = [name for name, t in tests.items() if not t["ok"]]
+    print(f"mapped {len(tests)} tests in {time.monotonic() - start:.0f} s"
+          f"{'; failing under the trace: ' + ', '.join(failing) if failing else ''}", file=sys.stderr)
+    for t in tests.values():
+        t["functions"] = sorted({_function_name(q) for q in t["functions"]})
+    CACHE.write_text(json.dumps({"key": key, "tests": tests}))
+    return tests
+
+
+def tests_for(function: str, tests: dict[str, dict]) -> list[str]:
+    """The tests that ran ``function`` (or a function nested in it), quickest first."""
+    hits = [name for name, t in tests.items()
+            if any(f == function or f.startswith(function + ".") for f in t["functions"])]
+    return sorted(hits, key=lambda name: tests[name]["seconds"])
 
 
 def _table(results: dict[str, list], equivalent: collections.Counter) -> str:
@@ -395,7 +548,10 @@ def main(argv=None) -> int:
     parser.add_argument("--sample", "--limit", type=int, dest="sample", help="run N mutants chosen at random")
     parser.add_argument("--seed", type=int, default=1, help="for --sample (default 1)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel test processes (default 2)")
-    parser.add_argument("--timeout", type=float, default=60, help="seconds per mutant (default 60)")
+    parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 30 s plus three times "
+                        "what its tests took in the map's run; 60 s with --classes)")
+    parser.add_argument("--classes", action="store_true", help="run each part's test classes (COVERING) "
+                        "instead of the tests that ran the mutant's function")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--list-survivors", action="store_true", help="list the survivors and equivalents")
     parser.add_argument("--ids", help="a file of mutant ids to run (one a line), e.g. last run's survivors")
@@ -429,22 +585,33 @@ def main(argv=None) -> int:
     base = Path(tempfile.mkdtemp(prefix="mom_events_mutate_"))
     slots = [_slot(base, n) for n in range(args.jobs)]
     free = list(slots)
+    cover = {} if args.classes else {name: t for name, t in coverage_map(slots[0], source).items() if t["ok"]}
+
+    def plan(mutant: Mutant) -> tuple[list[str], float]:
+        """The tests to run on a mutant, and its time limit."""
+        if args.classes:
+            return covering[mutant.part], args.timeout or 60
+        tests = tests_for(mutant.function, cover)
+        return tests, args.timeout or 30 + 3 * sum(cover[t]["seconds"] for t in tests)
     baseline_src = ast.unparse(ast.parse(source))
     results: dict[str, list] = collections.defaultdict(list)
-    survivors: list[Mutant] = []
+    survivors: list[tuple[Mutant, str]] = []
     started = time.monotonic()
     pool = None
 
     def one(mutant: Mutant):
+        tests, timeout = plan(mutant)
+        if not tests:
+            return mutant, ("uncovered", 0.0)  # no test runs its function: it survives
         slot = free.pop()
         try:
-            return mutant, run_tests(slot, mutated_source(source, mutant), covering[mutant.part], args.timeout)
+            return mutant, run_tests(slot, mutated_source(source, mutant), tests, timeout)
         finally:
             free.append(slot)
 
     try:
         print(f"{len(to_run)} mutants to run ({len(everything)} in all), {args.jobs} at a time", file=sys.stderr)
-        for part in sorted({m.part for m in to_run}):  # the unmutated module must pass what each part runs
+        for part in sorted({m.part for m in to_run} if args.classes else ()):  # the unmutated module must pass
             outcome, seconds = run_tests(slots[0], baseline_src, covering[part], 600)
             print(f"baseline {part}: {outcome} in {seconds:.1f} s", file=sys.stderr)
             if outcome != "survived":
@@ -452,9 +619,9 @@ def main(argv=None) -> int:
                 return 2
         pool = ThreadPoolExecutor(args.jobs)
         for done, (mutant, (outcome, seconds)) in enumerate(pool.map(one, to_run), 1):
-            results[mutant.part].append(outcome)
-            if outcome == "survived":
-                survivors.append(mutant)
+            results[mutant.part].append("survived" if outcome == "uncovered" else outcome)
+            if outcome in ("survived", "uncovered"):
+                survivors.append((mutant, outcome))
             print(f"[{done}/{len(to_run)} {time.monotonic() - started:.0f}s] {outcome:8} {seconds:5.1f}s "
                   f"{mutant.line}: {mutant.id}", file=sys.stderr, flush=True)
         pool.shutdown()
@@ -476,8 +643,8 @@ def main(argv=None) -> int:
     print(_table(results, equivalent))
     if args.list_survivors:
         print("\nSurvivors:")
-        for m in survivors:
-            print(f"  {m.line:5}  {m.id}")
+        for m, outcome in survivors:
+            print(f"  {m.line:5}  {m.id}{'  (no test runs it)' if outcome == 'uncovered' else ''}")
         names = [m for m in chosen if m.id in EQUIVALENT]
         if names:
             print("\nEquivalent (excluded):")
