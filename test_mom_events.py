@@ -2,10 +2,12 @@
 decision methods take ``now``, and channel workers are run by hand.  A few
 end-to-end tests use the real thread, real files and the CLI."""
 
+import ast
 import asyncio
 import contextlib
 import functools
 import heapq
+import inspect
 import io
 import itertools
 import json
@@ -4086,6 +4088,31 @@ class FakeSlack:
                         "authorizations": [{"team_id": "T1", "user_id": "UBOT", "is_bot": True}]}})
 
 
+class DocumentedSignatureTest(unittest.TestCase):
+    """The signatures the README and docs/rules.md give are the code's:
+    each parameter, in order, with its default."""
+
+    OLDER_NAMES = {"notify_rejected"}  # kept working, no longer taught
+
+    def test_each_documented_signature_is_the_codes(self):
+        checked = 0
+        for doc in (HERE / "README.md", HERE / "docs" / "rules.md"):
+            text = doc.read_text()
+            for name, params in re.findall(r"`(EventsWatcher|events_prompt)\(([^`]*?=[^`]*?)\)(?: -> \w+)?`", text):
+                with self.subTest(doc=doc.name, name=name):
+                    code = inspect.signature(getattr(mom_events, name)).parameters.values()
+                    want = [(p.name, p.default) for p in code if p.name not in self.OLDER_NAMES]
+                    got = []
+                    for param in " ".join(params.split()).split(", "):
+                        key, _, default = param.partition("=")
+                        value = inspect.Parameter.empty if not _ else (
+                            time.time if default == "time.time" else ast.literal_eval(default))
+                        got.append((key, value))
+                    self.assertEqual(got, want)
+                    checked += 1
+        self.assertGreaterEqual(checked, 4)
+
+
 class RecipeTest(unittest.TestCase):
     """The README's recipes: the synchronous one against stand-in clients,
     the asyncio one against the real slack_bolt with only Slack faked."""
@@ -5036,6 +5063,19 @@ class LifecycleTest(unittest.TestCase):
             return True
         probe.stop()
         return False
+
+    def test_a_program_that_ends_without_stop_is_not_held_open(self):
+        script = textwrap.dedent("""
+            import sys
+            sys.path.insert(0, sys.argv[1])
+            import mom_events
+            mom_events.EventsWatcher(sys.argv[2], print, poll_interval=0.01).start()
+            mom_events.EventsWatcher(sys.argv[2], print, standby=True).start()  # standing by
+            print("started", flush=True)
+        """)
+        result = subprocess.run([sys.executable, "-c", script, str(HERE), str(self.dir)], capture_output=True,
+                                text=True, timeout=30)
+        self.assertEqual((result.returncode, result.stdout), (0, "started\n"), result.stderr)
 
     def test_stop_keeps_the_directory_until_the_last_run_has_ended(self):
         started, release, runs = threading.Event(), threading.Event(), []

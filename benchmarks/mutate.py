@@ -185,6 +185,15 @@ EQUIVALENT = {
         "at offset size - 1 only one byte is left to read",
     "history:_last_outcomes:delete:continue => pass":
         "the last statement of the except, inside the loop: the loop goes on all the same",
+    "watcher:EventsWatcher.__init__:delete:self._first_look: _Startup | None = None => pass":
+        "_startup sets it before the first _poll reads it",
+    "watcher:EventsWatcher.__init__:delete:self._looked_at: float | None = None => pass":
+        "read only once a look has failed and come back, and the look before that (a good one) set it",
+    "watcher:EventsWatcher.stop:number:2 * _NAP => 2->3":
+        "join returns when the closer ends, which takes at most a nap: a longer bound waits no longer",
+    "watcher:EventsWatcher.stop:number:2 * _NAP => 2->1":
+        "a margin: the closer ends one nap and a few microseconds after stop() at worst; the race is "
+        "too narrow for a test to pin without hooking time.sleep (LifecycleTest pins the usual case)",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
     "channels:_Channels._staff:return:return None => 0":
@@ -348,14 +357,15 @@ def mutated_source(source: str, mutant: Mutant) -> str:
 
 def _slot(base: Path, number: int) -> Path:
     """A directory with what the tests read beside the module: the tests, the
-    README, the example events (copies: the tests find their files by their
+    README, the docs, the example events (copies: the tests find their files by their
     own resolved path)."""
     slot = base / f"slot{number}"
     slot.mkdir()
     shutil.copy(TESTS, slot / TESTS.name)
     shutil.copy(ROOT / "README.md", slot / "README.md")
-    if (ROOT / "events").is_dir():
-        shutil.copytree(ROOT / "events", slot / "events")
+    for folder in ("events", "docs"):
+        if (ROOT / folder).is_dir():
+            shutil.copytree(ROOT / folder, slot / folder)
     return slot
 
 
