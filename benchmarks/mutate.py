@@ -29,6 +29,7 @@ import collections
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -373,20 +374,52 @@ def _slot(base: Path, number: int) -> Path:
 RUNNING: dict[Path, subprocess.Popen] = {}  # slot -> its test process, killed if this run is
 
 
-def run_tests(slot: Path, source: str, tests: list[str], timeout: float) -> tuple[str, float]:
+_RUNNER = r"""
+import os, sys, unittest
+import test_mom_events
+progress = int(os.environ["MOM_MUTATE_PROGRESS"])
+for name in sys.argv[1:]:
+    os.write(progress, (name + "\n").encode())
+    result = unittest.TestResult()
+    result.failfast = True
+    unittest.defaultTestLoader.loadTestsFromName("test_mom_events." + name).run(result)
+    if not result.wasSuccessful():
+        os._exit(1)
+os._exit(0)
+"""
+
+
+def run_tests(slot: Path, source: str, tests: list[str], limits: dict[str, float] | float) -> tuple[str, float]:
     """'killed', 'survived' or 'timeout' (killed too), and the seconds taken.
-    ``tests`` are unittest names below test_mom_events (classes or methods)."""
+    ``tests`` are unittest names below test_mom_events (classes or methods),
+    run in order until one fails.  ``limits``: seconds for each test (a test
+    that hangs is found as soon as it outlasts its own), or for them all."""
     (slot / "mom_events.py").write_text(source)
+    (slot / "_mutant_runner.py").write_text(_RUNNER)
     start = time.monotonic()
-    command = [sys.executable, "-m", "unittest", "-f", "-q", *(f"test_mom_events.{t}" for t in tests)]
-    proc = RUNNING[slot] = subprocess.Popen(command, cwd=slot, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, start_new_session=True)
+    read, write = os.pipe()
+    proc = RUNNING[slot] = subprocess.Popen(
+        [sys.executable, "_mutant_runner.py", *tests], cwd=slot, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, pass_fds=(write,), start_new_session=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MOM_MUTATE_PROGRESS": str(write)})
+    os.close(write)
+    outcome, pending = "timeout", b""
+    deadline = start + (limits if isinstance(limits, float) else 30)
     try:
-        code = proc.wait(timeout)
-        outcome = "survived" if code == 0 else "killed"
-    except subprocess.TimeoutExpired:
-        outcome = "timeout"
+        while True:
+            ready, _, _ = select.select([read], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break  # the test running outlasted its limit: a hang
+            chunk = os.read(read, 4096)
+            if not chunk:  # the runner has ended
+                outcome = "survived" if proc.wait() == 0 else "killed"
+                break
+            pending += chunk
+            *names, pending = pending.split(b"\n")
+            if names and not isinstance(limits, float):
+                deadline = time.monotonic() + limits[names[-1].decode()]
     finally:
+        os.close(read)
         try:
             os.killpg(proc.pid, 9)  # and whatever the tests started
         except ProcessLookupError:
@@ -559,8 +592,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sample", "--limit", type=int, dest="sample", help="run N mutants chosen at random")
     parser.add_argument("--seed", type=int, default=1, help="for --sample (default 1)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel test processes (default 2)")
-    parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 30 s plus three times "
-                        "what its tests took in the map's run; 60 s with --classes)")
+    parser.add_argument("--timeout", type=float, help="seconds per mutant (default: each test 10 s plus four "
+                        "times what it took in the map's run; 60 s in all with --classes)")
     parser.add_argument("--classes", action="store_true", help="run each part's test classes (COVERING) "
                         "instead of the tests that ran the mutant's function")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
@@ -598,12 +631,16 @@ def main(argv=None) -> int:
     free = list(slots)
     cover = {} if args.classes else {name: t for name, t in coverage_map(slots[0], source).items() if t["ok"]}
 
-    def plan(mutant: Mutant) -> tuple[list[str], float]:
-        """The tests to run on a mutant, and its time limit."""
+    def plan(mutant: Mutant) -> tuple[list[str], dict[str, float] | float]:
+        """The tests to run on a mutant, and their time limits: a test may take
+        10 s plus four times what it took in the map's run (under its trace)."""
         if args.classes:
-            return covering[mutant.part], args.timeout or 60
+            return covering[mutant.part], float(args.timeout or 60)
         tests = tests_for(mutant.function, cover)
-        return tests, args.timeout or 30 + 3 * sum(cover[t]["seconds"] for t in tests)
+        if args.timeout:
+            return tests, float(args.timeout)
+        return tests, {t: 10 + 4 * cover[t]["seconds"] for t in tests}
+
     baseline_src = ast.unparse(ast.parse(source))
     results: dict[str, list] = collections.defaultdict(list)
     survivors: list[tuple[Mutant, str]] = []
@@ -611,19 +648,19 @@ def main(argv=None) -> int:
     pool = None
 
     def one(mutant: Mutant):
-        tests, timeout = plan(mutant)
+        tests, limits = plan(mutant)
         if not tests:
             return mutant, ("uncovered", 0.0)  # no test runs its function: it survives
         slot = free.pop()
         try:
-            return mutant, run_tests(slot, mutated_source(source, mutant), tests, timeout)
+            return mutant, run_tests(slot, mutated_source(source, mutant), tests, limits)
         finally:
             free.append(slot)
 
     try:
         print(f"{len(to_run)} mutants to run ({len(everything)} in all), {args.jobs} at a time", file=sys.stderr)
         for part in sorted({m.part for m in to_run} if args.classes else ()):  # the unmutated module must pass
-            outcome, seconds = run_tests(slots[0], baseline_src, covering[part], 600)
+            outcome, seconds = run_tests(slots[0], baseline_src, covering[part], 600.0)
             print(f"baseline {part}: {outcome} in {seconds:.1f} s", file=sys.stderr)
             if outcome != "survived":
                 print(f"the tests for {part} fail without a mutant: fix that first", file=sys.stderr)
