@@ -1900,12 +1900,12 @@ class _Channels:
 
     # -- the worker pool ---------------------------------------------------------
 
-    def staff(self) -> float | None:
-        """``_staff`` for the scheduler's tick: when to look again, if needed."""
+    def staff(self) -> None:
+        """``_staff`` for the scheduler's tick."""
         if not self._ready:  # the idle tick takes no lock
-            return None
+            return
         with self._lock:
-            return self._staff()
+            self._staff()
 
     def stand_by(self) -> None:
         """An event is about to fire: make sure a worker is waiting for it."""
@@ -1913,22 +1913,19 @@ class _Channels:
             if not (self._idle or self._starting or self._closed):
                 self._start_worker()
 
-    def _staff(self) -> float | None:
+    def _staff(self) -> None:
         """Give ready channels a worker: wake an idle one, or start one when
-        there is none, or when every worker's callback has run longer than
-        _SPAWN_AFTER.  Returns when to look again (monotonic), if needed."""
+        there is none on its way; a worker started while every worker's
+        callback has run less than _SPAWN_AFTER waits until then (quick runs
+        pass the work on without a thread more)."""
         if not self._ready or self._closed:
-            return None
+            return
         if self._idle:
             self._work.notify()
-            return None
+            return
         if self._starting or len(self._busy_since) < self._workers:
-            return None  # a worker is on its way to the ready queue
-        at = max(self._busy_since.values(), default=-math.inf) + _SPAWN_AFTER
-        if time.monotonic() < at:
-            return at
+            return  # a worker is on its way to the ready queue
         self._start_worker()
-        return None
 
     def _start_worker(self) -> None:
         try:
@@ -1939,10 +1936,25 @@ class _Channels:
         self._workers += 1
         self._starting += 1
 
+    def _wait_to_start(self) -> None:
+        """A new worker, while every other one is busy: wait until each has
+        run its callback _SPAWN_AFTER, in case one is quick and takes the work
+        itself.  Waits without the scheduler: its naps are long."""
+        while self._ready and not self._idle and not self._closed and self._busy_since:
+            delay = max(self._busy_since.values()) + _SPAWN_AFTER - time.monotonic()
+            if delay <= 0:
+                return
+            self._lock.release()
+            try:
+                time.sleep(delay)
+            finally:
+                self._lock.acquire()
+
     def _work_loop(self) -> None:
         """A pool worker: take the next ready channel, run its next job, put
         the channel back if more wait; go when nothing was ready for _LINGER."""
         with self._lock:
+            self._wait_to_start()
             self._starting -= 1
             try:
                 me = threading.get_ident()
@@ -2858,9 +2870,7 @@ class EventsWatcher:
                 self._schedule.notice_clock_step(now, mono)
                 upcoming = self._tick(now, polling)
                 timeout = next_poll - mono
-                staff_at = self._channels.staff()
-                if staff_at is not None:
-                    timeout = min(timeout, staff_at - mono)
+                self._channels.staff()
                 if upcoming is not None:
                     due, action = upcoming
                     until_due = due - self._clock()

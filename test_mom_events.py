@@ -117,17 +117,27 @@ class Harness:
         self.run_workers()
 
     def step(self, now):
-        """A step at ``now`` between polls: what is due fires (or is read again)."""
-        self.w._tick(now, poll=False)
+        """A step at ``now`` between polls: what is due fires (or is read
+        again).  Returns when the next step is due, as the thread takes it."""
+        return self.w._tick(now, poll=False)
 
     def advance(self, seconds):
-        """Move time forward, waking at every due entry like the real loop."""
+        """Move time forward, waking when each step says, like the real loop."""
         end = self.now + seconds
-        while (upcoming := self.w._schedule.next_due()) is not None and upcoming[0] <= end:
+        upcoming = self.step(self.now)
+        while upcoming is not None and upcoming[0] <= end:
             self.now = max(upcoming[0], self.now)
-            self.step(self.now)
-            self.run_workers()
+            upcoming = self.step(self.now)
+            if self.workers:
+                self.run_workers()
+                upcoming = self.step(self.now)
         self.tick(end)
+
+    def take_over(self, waiting_since, trace=None):
+        """What a standby does once the lock is free: the start-up, for a
+        standby that began waiting at ``waiting_since``."""
+        self.w._startup(self.now, trace, waiting_since)
+        self.run_workers()
 
     def run_workers(self):
         """Run the held workers, then take in their runs as the thread's next step does."""
@@ -3272,6 +3282,8 @@ class StandbyTest(CliCase):
             w.start()
         self.assertLess(time.monotonic() - t0, 0.5)
         self.assertFalse(any(w.active for w in standbys))
+        time.sleep(2.5 * mom_events._STANDBY_TRY)
+        self.assertFalse(any(w.active for w in standbys))  # each has tried twice, and waits on
         t0 = time.monotonic()
         self.assertEqual(standbys[0].stop(), [])
         self.assertLess(time.monotonic() - t0, 0.1)
@@ -3284,6 +3296,29 @@ class StandbyTest(CliCase):
             w.stop()
         self.assertEqual(sum("standing by" in line for line in logs.output), 3)
         self.assertEqual(sum("took over" in line for line in logs.output), 1)
+
+
+    def test_a_standby_whose_takeover_fails_halts_says_why_and_lets_the_directory_go(self):
+        later = datetime.fromtimestamp(time.time() + 3600, UTC).isoformat()
+        self.put("later.json", one_shot(later))
+        active = EventsWatcher(self.events, print).start()
+        self.addCleanup(active.stop)
+        halted = []
+        standby = EventsWatcher(self.events, print, standby=True, on_halt=halted.append)
+        self.addCleanup(standby.stop)
+        with mock.patch.object(standby._files, "apply", side_effect=RuntimeError("disk on fire")), \
+                self.assertLogs("mom_events", "DEBUG") as logs:
+            standby.start()
+            time.sleep(2.5 * mom_events._STANDBY_TRY)
+            active.stop()
+            self.assertTrue(wait_for(lambda: halted, 5))
+        self.assertEqual(halted, [f"cannot take over {self.events}: RuntimeError: disk on fire"])
+        self.assertTrue(any(r.exc_info and "traceback of the failed takeover" in r.getMessage()
+                            for r in logs.records))
+        self.assertFalse(any("took over" in line for line in logs.output), logs.output)
+        self.assertTrue(wait_for(lambda: not standby.active, 5))
+        EventsWatcher(self.events, print).start().stop()  # the directory was let go
+        self.assertTrue((self.events / "later.json").exists())
 
 
 class ShutdownTest(CliCase):
@@ -4746,6 +4781,47 @@ class RealSchedulerTest(unittest.TestCase):
         self.assertGreaterEqual(fired[0], due)
         self.assertLess(fired[0], due + 0.3)
 
+    def test_one_shots_fire_within_a_few_milliseconds_not_at_the_next_nap(self):
+        """The loop sleeps until the next due time, not in naps: of five
+        one-shots between polls, at least four fire within 50 ms (waking by
+        naps, each would be late by up to a quarter second)."""
+        d = temp_dir(self, "mom_events_due_")
+        fired = {}
+        start = time.time()
+        dues = {f"s{i}.json": start + 0.5 + 0.37 * i for i in range(5)}
+        for name, due in dues.items():
+            put(d, name, one_shot(due))
+        with EventsWatcher(d, lambda event: fired.setdefault(event.filename, time.time()), poll_interval=5.0):
+            self.assertTrue(wait_for(lambda: len(fired) == len(dues), 10), fired)
+        late = sorted(fired[name] - due for name, due in dues.items())
+        self.assertGreaterEqual(late[0], 0)
+        self.assertLess(late[3], 0.05, late)
+
+    def test_an_event_that_finds_every_worker_just_started_gets_one_at_spawn_time_not_at_the_next_nap(self):
+        """Two one-shots due at once on two channels: the second finds the
+        only worker busy for less than _SPAWN_AFTER, and gets a new worker
+        when that is up, which the scheduler wakes for.  Of five such pairs,
+        at least four start within 50 ms of it (waiting for the next nap, each
+        would wait up to a quarter second more)."""
+        d = temp_dir(self, "mom_events_staff_")
+        release = threading.Event()
+        self.addCleanup(release.set)
+        started = {}
+
+        def handler(event):
+            started[event.text] = time.monotonic()
+            release.wait(10)
+
+        base = time.time() + 0.5
+        for i in range(5):
+            for channel in "AB":
+                put(d, f"{channel}{i}.json", one_shot(base + 0.43 * i, f"{channel}{i}", f"{channel}{i}"))
+        with EventsWatcher(d, handler, poll_interval=5.0):
+            self.assertTrue(wait_for(lambda: len(started) == 10, 10), started)
+            release.set()
+        delays = sorted(abs(started[f"B{i}"] - started[f"A{i}"]) for i in range(5))
+        self.assertLess(delays[3], mom_events._SPAWN_AFTER + 0.05, delays)
+
     def test_an_internal_error_is_logged_once_while_it_lasts_and_the_loop_carries_on(self):
         d = temp_dir(self, "mom_events_bug_")
         fired = []
@@ -4759,6 +4835,7 @@ class RealSchedulerTest(unittest.TestCase):
             real(now)
         w._files.run_due = run_due
         with self.assertLogs("mom_events", "ERROR") as logs:
+            failing.set()  # from the loop's very first pass
             w.start()
             self.addCleanup(w.stop)
             for spell in range(2):
@@ -5537,6 +5614,27 @@ class DowntimeTest(unittest.TestCase):
         missed = [r for r in read_history(h.dir / ".history.jsonl") if r["outcome"] == "missed"]
         self.assertEqual([(r["filename"], r["type"], r["dueAt"][11:19]) for r in missed],
                          [("missed.json", "one-shot", "08:55:00")])
+
+    def test_a_standby_taking_over_from_a_harness_that_left_no_trace_judges_by_its_wait(self):
+        """No trace: the standby's wait is the window it knows.  What was
+        written while it waited runs, what was written before is stale, and a
+        one-shot due within the takeover grace runs late.  A plain start with
+        no trace knows no window: all three are stale or missed."""
+        for standby in (True, False):
+            with self.subTest(standby=standby):
+                h = self.harness(0)
+                h.write("waited.json", immediate(text="waited"), mtime=h.now - 30)
+                h.write("before.json", immediate(text="before"), mtime=h.now - 90)
+                h.write("grace.json", one_shot(h.now - 4, text="grace"))
+                with self.assertLogs("mom_events", "INFO"):
+                    if standby:
+                        h.take_over(waiting_since=h.now - 60)
+                    else:
+                        h.start()
+                self.assertEqual(sorted(e.text for _, e in h.fired if e.type != "missed"),
+                                 ["grace", "waited"] if standby else [])
+                self.assertEqual([e.filename for _, e in h.fired if e.type == "missed"],
+                                 [] if standby else ["grace.json"])
 
     def test_a_harness_that_died_may_have_lived_a_beat_after_its_last_one(self):
         h = self.harness(7)

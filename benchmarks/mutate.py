@@ -128,23 +128,10 @@ EQUIVALENT = {
         "the same as leaving the flag as it was",
     "channels:_Channels.wait:compare:remaining <= 0 => LtE->Lt":
         "differs only at exactly 0 left: Condition.wait(0) returns at once and the next pass returns",
-    "channels:_Channels.staff:delete:if not self._ready: return None => pass":
-        "the guard only spares the idle tick a lock: _staff returns None for an empty ready queue",
-    "channels:_Channels.staff:delete:return None => pass":
-        "the same: falls through to _staff, which returns None for an empty ready queue",
-    "channels:_Channels._staff:delete:if not self._ready or self._closed: return None => pass":
-        "_staff meets an empty ready queue only from a worker that just took a job (the newest busy one: it "
-        "returns its own _SPAWN_AFTER, spawning nothing) or racing staff(); close() empties the queue",
-    "channels:_Channels._staff:delete:return None => pass#2":
-        "the same guard's return: falling through comes to the same (see above)",
     "channels:_Channels._staff:boolop:not self._ready or self._closed => Or->And":
         "the same guard, weakened: as harmless as deleting it (see above)",
-    "channels:_Channels._staff:return:return None => 0#2":
-        "the same guard's value: staff() calls _staff only with channels ready, a race gives one tick at once",
     "channels:_Channels._staff:boolop:self._starting or len(self._busy_since) < self._workers => Or->And":
         "a starting worker is not busy, so while one starts busy < workers holds: 'and' says what 'or' does",
-    "channels:_Channels._staff:compare:time.monotonic() < at => Lt->LtE":
-        "differs only when the monotonic clock reads exactly the spawn time",
     "channels:_Channels._work_loop:delete:self._done.notify_all() => pass":
         "a worker going changes nothing wait() looks at (the channels running); the run's end notified already",
     "channels:_Channels._wait_for_work:return:return False => None":
@@ -157,10 +144,6 @@ EQUIVALENT = {
         "a linger of 0 then sets a deadline of now, which returns False the same",
     "channels:_Channels._wait_for_work:number:self._linger <= 0 => 0->-1":
         "the same: a linger of 0 meets its deadline at once; nothing sets a negative one",
-    "channels:_Channels._staff:delete:return None => pass":
-        "the last statement: without it the function returns None all the same",
-    "channels:_Channels._staff:delete:return None => pass#3":
-        "with a worker idle, busy < workers: the next test returns None all the same",
     "channels:_Channels.call:return:return result => None":
         "every caller ignores what a callback returns",
     "watcher:EventsWatcher._run:delete:continue => pass":
@@ -198,8 +181,6 @@ EQUIVALENT = {
         "too narrow for a test to pin without hooking time.sleep (LifecycleTest pins the usual case)",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
-    "channels:_Channels._staff:return:return None => 0":
-        "just after starting a worker: one tick at once, whose _staff then returns None (one is starting)",
 }
 
 
