@@ -3139,6 +3139,7 @@ class LockTest(CliCase):
         fresh.rename(self.events)
         self.assertEqual(cli.finish(), 2)
         self.assertTrue(any(f"already watched by process {os.getpid()}" in line for line in cli.err))
+        self.assertFalse(any("internal error" in line for line in cli.err), cli.err)
         self.assertEqual(cli.out, [])
         self.assertTrue((self.events / "hook.json").exists())
 
@@ -4822,6 +4823,39 @@ class RealSchedulerTest(unittest.TestCase):
         delays = sorted(abs(started[f"B{i}"] - started[f"A{i}"]) for i in range(5))
         self.assertLess(delays[3], mom_events._SPAWN_AFTER + 0.05, delays)
 
+    def test_an_internal_error_that_says_something_new_each_time_is_logged_16_times_a_spell(self):
+        d = temp_dir(self, "mom_events_bug_")
+        w = EventsWatcher(d, lambda event: None, poll_interval=0.01)
+        count = itertools.count()
+
+        def run_due(now):
+            raise RuntimeError(f"bug number {next(count)}")
+        w._files.run_due = run_due
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            w.start()
+            self.addCleanup(w.stop)
+            self.assertTrue(wait_for(lambda: next(count) > 60, 10))
+            w.stop()
+        self.assertEqual(sum("internal error in the scheduler" in line for line in logs.output), 16)
+
+    def test_a_worker_that_cannot_start_is_started_again_by_the_schedulers_next_step(self):
+        d = temp_dir(self, "mom_events_spawn_")
+        ran = threading.Event()
+        w = EventsWatcher(d, lambda event: ran.set(), poll_interval=0.02)
+        real = w._channels._spawn
+        failures = []
+
+        def spawn(target):
+            if not failures:
+                failures.append(target)
+                raise RuntimeError("can't start new thread")
+            return real(target)
+        w._channels._spawn = spawn
+        with self.assertLogs("mom_events", "ERROR") as logs, w:
+            put(d, "job.json", immediate())
+            self.assertTrue(ran.wait(5), "the job waited for a put that never came")
+        self.assertIn("cannot start a worker thread", logs.output[0])
+
     def test_an_internal_error_is_logged_once_while_it_lasts_and_the_loop_carries_on(self):
         d = temp_dir(self, "mom_events_bug_")
         fired = []
@@ -5180,6 +5214,65 @@ class LifecycleTest(unittest.TestCase):
         self.assertTrue(wait_for(lambda: not self.locked(), 5))
         self.assertFalse((self.dir / "job.json").exists())  # deleted once its run ended
         self.assertEqual(runs, ["job.json"])
+
+    def test_stop_records_what_it_drops_from_the_queues_and_ends_inactive(self):
+        started, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+        history = self.dir / ".history.jsonl"
+        w = EventsWatcher(self.dir, lambda event: (started.set(), release.wait(10)), poll_interval=0.02,
+                          history=history)
+        w.start()
+        put(self.dir, "first.json", immediate())
+        self.assertTrue(started.wait(5))
+        put(self.dir, "second.json", immediate())  # waits behind first.json on C1
+        self.assertTrue(wait_for(lambda: any(r["filename"] == "second.json" for r in read_history(history)), 5))
+        self.assertEqual(w.stop(timeout=0.1), ["C1"])
+        self.assertTrue(w.active)  # first.json still runs: the directory is held
+        release.set()
+        self.assertTrue(wait_for(lambda: not w.active, 5))
+        self.assertEqual([(r["filename"], r["outcome"]) for r in read_history(history)],
+                         [("first.json", "queued"), ("first.json", "started"), ("second.json", "queued"),
+                          ("second.json", "cancelled"), ("first.json", "done")])
+        self.assertTrue((self.dir / "second.json").exists())
+
+    def test_the_directory_is_let_go_only_after_the_schedulers_last_step(self):
+        w = EventsWatcher(self.dir, lambda event: None, poll_interval=0.02)
+        order, slow, stepping = [], threading.Event(), threading.Event()
+        real_run_due, real_release = w._files.run_due, w._scanner.release
+
+        def run_due(now):
+            if slow.is_set() and not stepping.is_set():
+                stepping.set()
+                time.sleep(0.3)  # a slow step, during which stop() is called
+                order.append("last step ended")
+            real_run_due(now)
+
+        def release():
+            order.append("directory let go")
+            real_release()
+        w._files.run_due, w._scanner.release = run_due, release
+        w.start()
+        slow.set()
+        self.assertTrue(stepping.wait(5))
+        w.stop()
+        self.assertTrue(wait_for(lambda: len(order) == 2, 5))
+        self.assertEqual(order, ["last step ended", "directory let go"])
+
+    def test_a_program_that_ends_while_a_run_hangs_after_stop_is_not_held_open(self):
+        script = textwrap.dedent("""
+            import sys, threading
+            sys.path.insert(0, sys.argv[1])
+            import mom_events
+            started = threading.Event()
+            w = mom_events.EventsWatcher(sys.argv[2], lambda event: (started.set(), threading.Event().wait()),
+                                         poll_interval=0.01).start()
+            open(sys.argv[2] + "/hang.json", "w").write('{"type": "immediate", "channelId": "C", "text": "x"}')
+            started.wait(10)
+            print(w.stop(timeout=0.1), flush=True)
+        """)
+        result = subprocess.run([sys.executable, "-c", script, str(HERE), str(self.dir)], capture_output=True,
+                                text=True, timeout=30)
+        self.assertEqual((result.returncode, result.stdout), (0, "['C']\n"), result.stderr)
 
     def test_a_stopped_watcher_refuses_to_start_and_touches_nothing(self):
         past = datetime.fromtimestamp(time.time() - 60, UTC).isoformat()
@@ -5774,6 +5867,10 @@ class DowntimeTest(unittest.TestCase):
             h.tick(h.now + 1)
         self.assertEqual([(e.filename, e.type) for _, e in h.fired], [("missed.json", "missed")])
         self.assertFalse(h.exists("during.json"))
+        h.write("after.json", immediate(text="after"), mtime=h.now + 0.5)  # the spell is over
+        with mock.patch.object(mom_events, "_FAST_SCAN", False):
+            h.tick(h.now + 1)
+        self.assertEqual(h.texts()[1:], ["after"])
 
 
 class MisfireGraceTest(unittest.TestCase):

@@ -179,6 +179,36 @@ EQUIVALENT = {
     "watcher:EventsWatcher.stop:number:2 * _NAP => 2->1":
         "a margin: the closer ends one nap and a few microseconds after stop() at worst; the race is "
         "too narrow for a test to pin without hooking time.sleep (LifecycleTest pins the usual case)",
+    "watcher:EventsWatcher._startup:delete:self._schedule.notice_clock_step(now, time.mono... => pass":
+        "a margin: the loop's first pass sets the clock's baseline a poll later; a step inside that first "
+        "interval goes unlogged (it changes no firing: due times are wall-clock instants)",
+    "watcher:EventsWatcher._run:delete:timeout = next_poll - mono => pass":
+        "a margin: the nap then lasts a whole interval from the tick's end, not its start; polls drift by "
+        "a tick's own duration (microseconds when idle), below what a test on a shared machine can see",
+    "watcher:EventsWatcher._run:delete:break => pass":
+        "lost_loop halts the watcher (sets _stopping), so the while ends after this pass, whose tick can "
+        "queue nothing (the pool is closed)",
+    "watcher:EventsWatcher._run:delete:self._channels.stand_by() => pass":
+        "a margin: the worker is then started as the event fires, a thread start (about 0.1 ms) later",
+    "watcher:EventsWatcher._run:delete:_spin_until(self._clock, due, time.monotonic() ... => pass":
+        "the continue then makes the loop's own passes spin until the due time: the same firing",
+    "watcher:EventsWatcher._run:compare:mono >= next_beat => GtE->Gt":
+        "differs only when the monotonic clock reads exactly the beat time",
+    "watcher:EventsWatcher._run:compare:until_due < _LEAD => Lt->LtE":
+        "differs only when the clock reads exactly a millisecond before the due time",
+    "watcher:EventsWatcher._run:compare:action == 'fire' => Eq->NotEq":
+        "a firing is then not spun for but reached by passes that skip the sleep (a negative timeout); a "
+        "re-read is spun for instead of slept for: the same instants, a millisecond of CPU",
+    "watcher:EventsWatcher._run:number:2 * _LEAD => 2->3":
+        "the spin's give-up bound matters only if the wall clock steps back within its millisecond",
+    "watcher:EventsWatcher._run:number:2 * _LEAD => 2->1":
+        "the spin's give-up bound matters only if the wall clock steps back within its millisecond",
+    "channels:_Channels.staff:delete:if not self._ready: return => pass":
+        "the guard only spares the idle tick a lock: _staff returns at once when nothing is ready",
+    "channels:_Channels._staff:delete:return => pass#2":
+        "with a worker idle, busy < workers: the next test returns all the same",
+    "channels:_Channels._wait_to_start:compare:delay <= 0 => LtE->Lt":
+        "differs only when the monotonic clock reads exactly the end of the wait (then it sleeps 0 s)",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
