@@ -3097,6 +3097,50 @@ class PromptTest(CliCase):
         self.assertIn('"timezone": "UTC"', text)
 
 
+    def host_timezone(self, tz=None, localtime="/etc/localtime", etc_timezone=None):
+        """_host_timezone with TZ, /etc/localtime's target and /etc/timezone as given."""
+        real_open = open
+
+        def fake_open(path, *args, **kwargs):
+            if path != "/etc/timezone":
+                return real_open(path, *args, **kwargs)
+            if etc_timezone is None:
+                raise FileNotFoundError(2, "No such file or directory")
+            return io.StringIO(etc_timezone)
+        env = {} if tz is None else {"TZ": tz}
+        with mock.patch.dict(os.environ, env, clear=True), \
+                mock.patch.object(mom_events.os.path, "realpath", lambda path: localtime), \
+                mock.patch("builtins.open", fake_open):
+            return mom_events._host_timezone()
+
+    def test_the_host_timezone_is_tz_then_the_localtime_link_then_etc_timezone(self):
+        zoneinfo = "/usr/share/zoneinfo/America/New_York"
+        self.assertEqual(self.host_timezone(":Europe/Vienna", zoneinfo, "Asia/Tokyo"), "Europe/Vienna")
+        self.assertEqual(self.host_timezone(None, zoneinfo, "Asia/Tokyo"), "America/New_York")
+        self.assertEqual(self.host_timezone("Nowhere/Land", "/etc/localtime", "Asia/Tokyo\n"), "Asia/Tokyo")
+        self.assertEqual(self.host_timezone("/usr/share/zoneinfo/UTC", "/etc/localtime", None), None)
+        self.assertIsNone(self.host_timezone("", "/etc/localtime", None))
+        self.assertIsNone(self.host_timezone("Nowhere/Land", "/usr/share/zoneinfo/Mars/Olympus", "Moon/Base"))
+
+    def test_an_offset_is_written_with_its_sign_hours_and_minutes(self):
+        for minutes, text in [(0, "+00:00"), (-1, "-00:01"), (-30, "-00:30"), (59, "+00:59"), (345, "+05:45"),
+                              (-210, "-03:30"), (840, "+14:00")]:
+            self.assertEqual(mom_events._offset_text(timedelta(minutes=minutes)), text)
+
+    def test_without_an_interpreter_path_the_check_command_is_the_installed_script(self):
+        with mock.patch.object(mom_events.sys, "executable", ""):
+            self.assertEqual(mom_events._check_command(), "mom-events")
+        self.assertEqual(mom_events._check_command().split(" ")[1], str(HERE / "mom_events.py"))
+
+    def test_the_examples_are_dated_tomorrow_at_nine_and_run_until_the_years_end(self):
+        zone = ZoneInfo("Pacific/Auckland")
+        text = mom_events.events_prompt("events", timezone="Pacific/Auckland", channel_id="C-café")
+        tomorrow = datetime.now(zone).date() + timedelta(days=1)
+        at = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 9, tzinfo=zone).isoformat()
+        self.assertIn(f'"at": "{at}"', text)
+        self.assertIn(f'"until": "{datetime(tomorrow.year, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()}"', text)
+        self.assertIn('{"type": "immediate", "channelId": "C-café"', text)  # as written, not escaped
+
 class LockTest(CliCase):
     def test_a_second_harness_exits_2_naming_the_first(self):
         first = self.serve()

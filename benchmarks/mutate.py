@@ -91,7 +91,7 @@ COVERING = {
                          "LanguageTest", "ActOnWhatWasJudgedTest", "MidWriteTest"],
     "watcher": ["RealSchedulerTest", "StartupTest", "OneShotTest", "SubmitTest", "ClockStepTest",
                 "EndToEndTest", "LifecycleTest", "StoppedLoopTest", "AsyncTest", "StandbyTest"],
-    "prompt": ["PromptTest", "RecipeTest"],
+    "prompt": ["PromptTest", "RecipeTest", "DocumentedSignatureTest"],
     "cli": ["CliTest", "ExecTest", "SupervisionTest", "ExecEnvironmentTest", "CheckTest", "RejectedTest",
             "OneLineOutputTest", "ShutdownTest", "LockTest", "StandbyTest"],
 }
@@ -209,6 +209,12 @@ EQUIVALENT = {
         "with a worker idle, busy < workers: the next test returns all the same",
     "channels:_Channels._wait_to_start:compare:delay <= 0 => LtE->Lt":
         "differs only when the monotonic clock reads exactly the end of the wait (then it sleeps 0 s)",
+    "prompt:_host_timezone:delete:return None => pass":
+        "the last statement: without it the function returns None all the same",
+    "prompt:_host_timezone:boolop:name and (not name.startswith('/')) => And->Or":
+        "_zone rejects an empty or absolute name as unknown (a _CronError), and the loop goes on the same",
+    "prompt:_host_timezone:delete:continue => pass":
+        "the last statement of the except, inside the loop: the loop goes on all the same",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
