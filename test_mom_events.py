@@ -3139,7 +3139,7 @@ class PromptTest(CliCase):
         at = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 9, tzinfo=zone).isoformat()
         self.assertIn(f'"at": "{at}"', text)
         self.assertIn(f'"until": "{datetime(tomorrow.year, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()}"', text)
-        self.assertIn('{"type": "immediate", "channelId": "C-café"', text)  # as written, not escaped
+        self.assertIn('{"type": "immediate", "channelId": "C-café", "text": "New GitHub', text)  # not escaped
 
 class LockTest(CliCase):
     def test_a_second_harness_exits_2_naming_the_first(self):
