@@ -160,6 +160,19 @@ class Harness:
 
 
 class ParseEventTest(unittest.TestCase):
+    def test_a_span_is_said_in_the_largest_whole_unit(self):
+        for seconds, text in [(0.99, "less than a second"), (1, "1 s"), (59.9, "59 s"), (60, "1 minute"),
+                              (119, "1 minute"), (120, "2 minutes"), (3599, "59 minutes"), (3600, "1 hour"),
+                              (7200, "2 hours"), (86399, "23 hours"), (86400, "1 day"), (172800, "2 days")]:
+            self.assertEqual(mom_events._span(seconds), text)
+
+    def test_an_error_names_its_file_and_keeps_its_reason_to_300_characters(self):
+        exact = EventError("f.json", "x" * 300)
+        self.assertEqual((exact.filename, exact.reason, str(exact)), ("f.json", "x" * 300, "f.json: " + "x" * 300))
+        longer = EventError("f.json", "y" * 301)
+        self.assertEqual(longer.reason, "y" * 300 + "…")
+        self.assertEqual(str(EventError(None, "no file")), "no file")
+
     def test_three_types_and_their_messages(self):
         e = parse_event(json.dumps(immediate("C123ABC", "New support ticket")), "webhook-123.json")
         self.assertEqual(e, Event("webhook-123.json", "immediate", "C123ABC", "New support ticket"))
