@@ -166,6 +166,30 @@ class ParseEventTest(unittest.TestCase):
                               (7200, "2 hours"), (86399, "23 hours"), (86400, "1 day"), (172800, "2 days")]:
             self.assertEqual(mom_events._span(seconds), text)
 
+    def test_quotes_are_clipped_at_40_characters(self):
+        self.assertEqual(mom_events._clip("x" * 40), "x" * 40)
+        self.assertEqual(mom_events._clip("x" * 41), "x" * 40 + "…")
+
+    def test_numbers_are_judged_as_numbers_and_quoted_in_part(self):
+        def error(value):
+            with self.assertRaises(EventError) as caught:
+                parse_event(f'{{"type": "immediate", "channelId": {value}, "text": "x"}}', "f.json")
+            return str(caught.exception)
+        self.assertEqual(error("1.5"), 'f.json: "channelId" must be a string, not a number')
+        self.assertEqual(error("1e" + "9" * 30), "f.json: invalid JSON: number 1e" + "9" * 18 + " is too large")
+        self.assertEqual(error("9" * 5000), "f.json: invalid JSON: Exceeds the limit (4300 digits) for integer "
+                                            "string conversion: value has 5000 digits")
+
+    def test_the_size_limit_is_1_mib_for_text_and_for_bytes(self):
+        def padded(size):
+            body = '{"type": "immediate", "channelId": "C", "text": "x"}'
+            return body + " " * (size - len(body))
+        for make in (str, str.encode):
+            with self.subTest(make=make.__name__):
+                self.assertEqual(parse_event(make(padded(mom_events.MAX_FILE_BYTES)), "f.json").text, "x")
+                with self.assertRaisesRegex(EventError, r"^f\.json: file is larger than 1 MiB$"):
+                    parse_event(make(padded(mom_events.MAX_FILE_BYTES + 1)), "f.json")
+
     def test_an_error_names_its_file_and_keeps_its_reason_to_300_characters(self):
         exact = EventError("f.json", "x" * 300)
         self.assertEqual((exact.filename, exact.reason, str(exact)), ("f.json", "x" * 300, "f.json: " + "x" * 300))
