@@ -190,6 +190,37 @@ class ParseEventTest(unittest.TestCase):
                 with self.assertRaisesRegex(EventError, r"^f\.json: file is larger than 1 MiB$"):
                     parse_event(make(padded(mom_events.MAX_FILE_BYTES + 1)), "f.json")
 
+    def test_until_must_be_after_start(self):
+        base = {**periodic("0 9 * * *"), "start": "2030-01-01T09:00:00+00:00"}
+        with self.assertRaisesRegex(EventError, r'"until" 2030-01-01T09:00:00\+00:00 is not after "start"'):
+            parse_event(json.dumps({**base, "until": base["start"]}), "p.json")
+        self.assertEqual(parse_event(json.dumps({**base, "until": "2030-01-01T09:00:01+00:00"}), "p.json").type,
+                         "periodic")
+
+    def test_an_interval_is_at_most_ten_years_of_at_most_twelve_digits_each(self):
+        def every(text):
+            return json.dumps({"type": "periodic", "channelId": "C", "text": "x", "every": text})
+        most = mom_events._MAX_INTERVAL
+        self.assertEqual(parse_event(every(f"{most}s"), "p.json").type, "periodic")
+        with self.assertRaisesRegex(EventError, "must be at least 1 s and at most ten years"):
+            parse_event(every(f"{most + 1}s"), "p.json")
+        with self.assertRaisesRegex(EventError, "must be at least 1 s and at most ten years"):
+            parse_event(every("0000999999999999s"), "p.json")  # twelve digits after the zeros
+        with self.assertRaisesRegex(EventError, "is not an interval such as 90m"):
+            parse_event(every("9999999999999s"), "p.json")  # thirteen
+
+    def test_what_a_rejected_file_says_of_itself_is_its_short_string_fields(self):
+        as_written = mom_events._as_written
+        self.assertEqual(as_written(b"[1, 2]"), {})
+        self.assertEqual(as_written(b'"text"'), {})
+        self.assertEqual(as_written(b"{"), {})
+        fields = {"type": "one-shot", "channelId": "C" * 255, "at": "a" * 64, "schedule": "s" * 1000,
+                  "timezone": "t" * 64, "text": "not kept"}
+        self.assertEqual(as_written(json.dumps(fields)), {k: v for k, v in fields.items() if k != "text"})
+        longer = {"channelId": "C" * 256, "at": "a" * 65, "schedule": "s" * 1001, "timezone": "t" * 65,
+                  "type": 5}
+        self.assertEqual(as_written(json.dumps(longer)), {})
+
     def test_an_error_names_its_file_and_keeps_its_reason_to_300_characters(self):
         exact = EventError("f.json", "x" * 300)
         self.assertEqual((exact.filename, exact.reason, str(exact)), ("f.json", "x" * 300, "f.json: " + "x" * 300))
