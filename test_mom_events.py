@@ -1216,6 +1216,15 @@ class SchedulePartTest(unittest.TestCase):
 class ScannerPartTest(unittest.TestCase):
     """The scanner alone on a real directory: it returns what changed."""
 
+    def test_the_difference_of_two_scans(self):
+        a, b = mom_events._Entry((1, 1, 10, 5, 5)), mom_events._Entry((1, 1, 11, 6, 6))
+        fifo = mom_events._Entry(None, "FIFO")
+        old = {"same.json": a, "changed.json": a, "gone.json": a, "kind.json": a}
+        seen = {"same.json": a, "changed.json": b, "gone.json": None, "kind.json": fifo, "new.json": b,
+                "never.json": None}
+        self.assertEqual(mom_events._diff(old, seen),
+                         mom_events._Diff(changed=["changed.json", "kind.json", "new.json"], deleted=["gone.json"]))
+
     def test_new_changed_gone_and_unusable(self):
         d = temp_dir(self, "mom_events_scan_")
         scanner = mom_events._Scanner(str(d), 0.2)

@@ -221,6 +221,14 @@ EQUIVALENT = {
         "parse_event makes sure a one-shot has its at; the raise is there for the type checker",
     "parsing:_written_at:delete:raise TypeError(f'{event.filename}: a {event.ty... => pass":
         "the same unreachable raise",
+    "scan:_Entry.mtime_ns:number:self.sig[3] if self.sig else 0 => 0->-1":
+        "0 and -1 ns are both decades before any read: an entry without a signature is never racy either way",
+    "scan:_sweep_batch:delete:if known == 0: return 0 => pass":
+        "with nothing known the cost is 0, the period the interval, and min(0, ...) is 0 all the same",
+    "scan:_sweep_batch:delete:return 0 => pass":
+        "the same: the rest of the function returns 0 for nothing known",
+    "scan:_sweep_batch:number:known == 0 => 0->-1":
+        "known is never negative: the same as deleting the guard",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
