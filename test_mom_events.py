@@ -1216,6 +1216,13 @@ class SchedulePartTest(unittest.TestCase):
 class ScannerPartTest(unittest.TestCase):
     """The scanner alone on a real directory: it returns what changed."""
 
+    def test_a_read_stops_one_byte_past_the_limit(self):
+        path = temp_dir(self, "mom_events_read_") / "big.json"
+        path.write_bytes(b"x" * (3 * mom_events.MAX_FILE_BYTES))
+        data, sig = mom_events._read_file(str(path))
+        self.assertEqual(len(data), mom_events.MAX_FILE_BYTES + 1)
+        self.assertEqual(sig[2], 3 * mom_events.MAX_FILE_BYTES)
+
     def test_the_difference_of_two_scans(self):
         a, b = mom_events._Entry((1, 1, 10, 5, 5)), mom_events._Entry((1, 1, 11, 6, 6))
         fifo = mom_events._Entry(None, "FIFO")

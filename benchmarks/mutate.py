@@ -229,6 +229,12 @@ EQUIVALENT = {
         "the same: the rest of the function returns 0 for nothing known",
     "scan:_sweep_batch:number:known == 0 => 0->-1":
         "known is never negative: the same as deleting the guard",
+    "scan:_read_file:compare:remaining > 0 => Gt->GtE":
+        "at 0 left, os.read(fd, 0) returns b'' and the loop breaks all the same",
+    "scan:_read_file:number:getattr(os, 'O_NOCTTY', 0) => 0->1":
+        "the default is used only where os has no O_NOCTTY; Linux has it",
+    "scan:_read_file:number:getattr(os, 'O_NOCTTY', 0) => 0->-1":
+        "the default is used only where os has no O_NOCTTY; Linux has it",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
