@@ -235,6 +235,16 @@ EQUIVALENT = {
         "the default is used only where os has no O_NOCTTY; Linux has it",
     "scan:_read_file:number:getattr(os, 'O_NOCTTY', 0) => 0->-1":
         "the default is used only where os has no O_NOCTTY; Linux has it",
+    "scan:_read_file:number:remaining > 0 => 0->-1":
+        "> -1 is >= 0: the same as >= above",
+    "scan:_read_file:number:getattr(os, 'O_CLOEXEC', 0) => 0->-1":
+        "the default is used only where os has no O_CLOEXEC; Linux has it",
+    "scan:_read_file:number:1 << 16 => 1->2":
+        "the size of each read: the bytes read are the same, in fewer or more reads",
+    "scan:_read_file:number:1 << 16 => 16->17":
+        "the size of each read: the bytes read are the same, in fewer or more reads",
+    "scan:_read_file:number:1 << 16 => 16->15":
+        "the size of each read: the bytes read are the same, in fewer or more reads",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
