@@ -316,6 +316,18 @@ def fires(schedule, after, count, tz="Europe/Vienna"):
 
 
 class CronTest(unittest.TestCase):
+    def test_messages_for_an_empty_zone_a_misplaced_hash_and_a_long_number(self):
+        def error(schedule, tz="UTC"):
+            with self.assertRaises(EventError) as caught:
+                parse_event(json.dumps(periodic(schedule, tz=tz)), "p.json")
+            return caught.exception.reason
+        self.assertEqual(error("0 9 * * *", tz=""), '"timezone" is empty')
+        self.assertEqual(error("0 9 * * *", tz="  "), '"timezone" is empty')
+        self.assertEqual(error("0 9 1#2 * *"), "bad schedule '0 9 1#2 * *': '1#2' is not a valid day-of-month "
+                                               "value ('#' belongs in day-of-week)")
+        self.assertEqual(error("1234567890123 9 * * *"), "bad schedule '1234567890123 9 * * *': minute "
+                                                          "123456789012… is out of range 0-59")
+
     def assertBadSchedule(self, schedule, *words):
         with self.assertRaises(EventError) as caught:
             next_fire(schedule, "UTC", utc(2025, 1, 1))

@@ -99,6 +99,8 @@ COVERING = {
 # Mutants that no test can kill, because the behaviour cannot differ: the id
 # (part:function:operator:code => change, #n for the n-th same change in the
 # function; --list prints them) and why.  Left out of the score, and listed by --list-survivors.
+_LONG_NUMBER = ("every field's bounds and step sizes are far below 10^8: a long number read as any of these "
+                "is out of range or too large a step all the same")
 EQUIVALENT = {
     "schedule:_Schedule.__init__:number:itertools.count(1) => 1->2":
         "generations need only be unique within the schedule; nothing reads their first value",
@@ -245,6 +247,23 @@ EQUIVALENT = {
         "the size of each read: the bytes read are the same, in fewer or more reads",
     "scan:_read_file:number:1 << 16 => 16->15":
         "the size of each read: the bytes read are the same, in fewer or more reads",
+    "cron:_CronError.__init__:delete:super().__init__(reason) => pass":
+        "BaseException.__new__ keeps the arguments already: str() is the reason all the same "
+        "(needs_croniter is always passed by keyword)",
+    "cron:_number:compare:len(digits) <= 9 => LtE->Lt":
+        _LONG_NUMBER,
+    "cron:_number:number:len(digits) <= 9 => 9->10":
+        _LONG_NUMBER,
+    "cron:_number:number:len(digits) <= 9 => 9->8":
+        _LONG_NUMBER,
+    "cron:_number:number:10 ** 9 => 10->11":
+        _LONG_NUMBER,
+    "cron:_number:number:10 ** 9 => 10->9":
+        _LONG_NUMBER,
+    "cron:_number:number:10 ** 9 => 9->10":
+        _LONG_NUMBER,
+    "cron:_number:number:10 ** 9 => 9->8":
+        _LONG_NUMBER,
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
