@@ -327,6 +327,15 @@ class CronTest(unittest.TestCase):
                                                "value ('#' belongs in day-of-week)")
         self.assertEqual(error("1234567890123 9 * * *"), "bad schedule '1234567890123 9 * * *': minute "
                                                           "123456789012… is out of range 0-59")
+        self.assertEqual(error("*/1234567890123 9 * * *"), "bad schedule '*/1234567890123 9 * * *': "
+                                                            "'*/1234567890123': step 123456789012… is larger than "
+                                                            "the minute field")
+        self.assertEqual(error("0 9 * * 5#0"), "bad schedule '0 9 * * 5#0': '5#0': the number after '#' must be "
+                                               "1 to 5")
+
+    def test_a_saturday_2nd_has_its_nearest_weekday_on_friday_the_1st(self):
+        after = datetime(2026, 4, 30, 12, tzinfo=UTC)  # 2026-05-02 is a Saturday
+        self.assertEqual(next_fire("0 9 2W * *", "UTC", after), datetime(2026, 5, 1, 9, tzinfo=UTC))
 
     def assertBadSchedule(self, schedule, *words):
         with self.assertRaises(EventError) as caught:

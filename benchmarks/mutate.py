@@ -264,6 +264,10 @@ EQUIVALENT = {
         _LONG_NUMBER,
     "cron:_number:number:10 ** 9 => 9->8":
         _LONG_NUMBER,
+    "cron:_month_shape:number:(first.weekday() + 1) % 7 => 7->8":
+        "the 1st's weekday only enters (first + day - 1) % 7, where Sunday as 7 is Sunday as 0",
+    "cron:_nearest_weekday:return:return None => 0":
+        "its callers compare it with a day of the month, which is never 0 either",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
