@@ -345,6 +345,15 @@ class CronTest(unittest.TestCase):
         with self.assertRaises(EventError):
             parse_event(json.dumps(periodic(schedule)), "p.json")
 
+    def test_the_first_instant_checked_is_just_after_2001_01_01_at_midnight(self):
+        self.assertEqual(parse_event(json.dumps(periodic("1 0 0 1 1 * 2001")), "p.json").type, "periodic")
+        self.assertBadSchedule("0 0 0 1 1 * 2001", "never fires")
+
+    def test_a_pattern_croniter_rejects_says_so(self):
+        import croniter
+        with mock.patch.object(croniter, "croniter", side_effect=ValueError("no such thing")):
+            self.assertBadSchedule("0 0 9 * * * 2990-2991", "croniter rejects it: no such thing")
+
     def test_rejected_patterns(self):
         self.assertBadSchedule("*/61 * * * *", "step 61", "minute")
         self.assertBadSchedule("0 */25 * * *", "step 25", "hour")
@@ -357,6 +366,7 @@ class CronTest(unittest.TestCase):
         self.assertBadSchedule("0 0 9 * * * 2025 *", "found 8")
         self.assertBadSchedule("0 0 9 * * * 10000", "year 10000", "out of range")
         self.assertBadSchedule("0 0 9 * * * 1999", "never fires")
+        self.assertBadSchedule("0 0 9 1 1 * 2000", "never fires")  # patterns are checked from 2001 on
         self.assertBadSchedule("0 9 32W * *", "32", "out of range")
         self.assertBadSchedule("0 9 1-15W * *", "single day")
         self.assertBadSchedule("0 9 5L * *", "stands alone")

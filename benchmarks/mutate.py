@@ -268,6 +268,16 @@ EQUIVALENT = {
         "the 1st's weekday only enters (first + day - 1) % 7, where Sunday as 7 is Sunday as 0",
     "cron:_nearest_weekday:return:return None => 0":
         "its callers compare it with a day of the month, which is never 0 either",
+    "cron:_Cron.__init__:delete:self._times: _CronTimes | None = None => pass":
+        "_compile_cron binds every _Cron it makes before anything reads _times",
+    "cron:_Cron.bind:number:datetime(2001, 1, 1) => 2001->2002":
+        "croniter's own start is never used: every get_next passes start_time",
+    "cron:_Cron.bind:number:datetime(2001, 1, 1) => 2001->2000":
+        "croniter's own start is never used: every get_next passes start_time",
+    "cron:_Cron.bind:number:datetime(2001, 1, 1) => 1->2":
+        "croniter's own start is never used: every get_next passes start_time",
+    "cron:_Cron.bind:number:datetime(2001, 1, 1) => 1->2#2":
+        "croniter's own start is never used: every get_next passes start_time",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
