@@ -353,6 +353,9 @@ class CronTest(unittest.TestCase):
         import croniter
         with mock.patch.object(croniter, "croniter", side_effect=ValueError("no such thing")):
             self.assertBadSchedule("0 0 9 * * * 2990-2991", "croniter rejects it: no such thing")
+        with mock.patch.object(croniter, "croniter", side_effect=ValueError("x" * 199 + "yz")), \
+                self.assertRaisesRegex(EventError, "croniter rejects it: " + "x" * 199 + "y$"):  # 200 of it
+            next_fire("0 0 9 * * * 2992-2993", "UTC", utc(2025, 1, 1))
 
     def test_rejected_patterns(self):
         self.assertBadSchedule("*/61 * * * *", "step 61", "minute")
