@@ -349,6 +349,14 @@ class CronTest(unittest.TestCase):
         self.assertEqual(parse_event(json.dumps(periodic("1 0 0 1 1 * 2001")), "p.json").type, "periodic")
         self.assertBadSchedule("0 0 0 1 1 * 2001", "never fires")
 
+    def test_the_400_year_cycle_skips_only_years_searched_in_full_and_the_search_ends_in_9999(self):
+        # 2039 and 2041 have no February 29th; 2440 has, 401 and 399 years after them
+        self.assertEqual(next_fire("0 0 9 29 2 * 2039,2041,2440", "UTC", utc(2025, 1, 1)), utc(2440, 2, 29, 9))
+        # 2025 was searched from June only: 2425, in the same place of the cycle, is searched again
+        self.assertEqual(next_fire("0 0 9 1 1 * 2425", "UTC", utc(2025, 6, 1)), utc(2425, 1, 1, 9))
+        with self.assertRaisesRegex(EventError, "it has no time after 9999-06-01 00:00:00"):
+            next_fire("0 9 1 1 *", "UTC", utc(9999, 6, 1))
+
     def test_a_pattern_croniter_rejects_says_so(self):
         import croniter
         with mock.patch.object(croniter, "croniter", side_effect=ValueError("no such thing")):
