@@ -292,6 +292,21 @@ EQUIVALENT = {
         "the memo only saves time: the answer is computed again, the same",
     "cron:_Cron.next_after:delete:return memo[1] => pass":
         "the memo only saves time: the answer is computed again, the same",
+    "cron:_Cron.next_after:number:memo[0] => 0->1":
+        "the key is then compared with the answer, never equal: the memo is never used, the answer the same",
+    "cron:_Cron.next_after:number:memo[0] => 0->-1":
+        "the same: memo[-1] is the answer, never equal to the key",
+    "cron:_Cron._next_after:delete:if off0 <= off1: return self._first_pass(tz, wa... => pass":
+        "a shortcut: outside a repeated hour the fold path has a span of 0, and its second search starts a "
+        "microsecond before the first, so it cannot beat it",
+    "cron:_Cron._next_after:delete:return self._first_pass(tz, wall, after) => pass":
+        "the same shortcut",
+    "cron:_Cron._next_after:compare:off0 <= off1 => LtE->Lt":
+        "the same shortcut, for equal offsets (the wall of a real instant is never in a gap)",
+    "cron:_Cron._next_after:compare:candidate < b => Lt->LtE":
+        "b follows the repeated range and occurs once: its one instant is the one the first pass finds",
+    "cron:_Cron._next_after:compare:after < repeat < best => Lt->LtE":
+        "a second-pass instant found from a wall before after's, or strictly after it, is never after itself",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
