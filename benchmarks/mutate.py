@@ -307,6 +307,13 @@ EQUIVALENT = {
         "b follows the repeated range and occurs once: its one instant is the one the first pass finds",
     "cron:_Cron._next_after:compare:after < repeat < best => Lt->LtE":
         "a second-pass instant found from a wall before after's, or strictly after it, is never after itself",
+    "cron:_Cron._next_after:compare:after < repeat < best => Lt->LtE#2":
+        "when repeat equals best, taking either is the same instant",
+    "cron:_Cron._first_pass:delete:raise _CronError('no occurrence found') => pass":
+        "unreachable for a pattern bind() accepted (it fires, and each pass moves past a gap or returns)",
+    "cron:_Cron._first_pass:delete:wall = candidate => pass":
+        "unreachable: _next_after passes a wall at or after after's own (the second pass's end for a fold=1 "
+        "time), so the first candidate's instant is after after; CronReferenceTest's minute walks agree",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
