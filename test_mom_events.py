@@ -25,7 +25,7 @@ import textwrap
 import threading
 import time
 import unittest
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from pathlib import Path
 from unittest import mock
 from zoneinfo import ZoneInfo
@@ -350,12 +350,33 @@ class CronTest(unittest.TestCase):
         self.assertBadSchedule("0 0 0 1 1 * 2001", "never fires")
 
     def test_the_400_year_cycle_skips_only_years_searched_in_full_and_the_search_ends_in_9999(self):
-        # 2039 and 2041 have no February 29th; 2440 has, 401 and 399 years after them
-        self.assertEqual(next_fire("0 0 9 29 2 * 2039,2041,2440", "UTC", utc(2025, 1, 1)), utc(2440, 2, 29, 9))
+        # None of 2034, 2035, 2045 and 2046 has a February 29th; 2440 has, and is where each of them is
+        # in a cycle of 399 or 401 years (2440 % 399 == 2046 % 400, 2035 % 399 == 2440 % 400, ...)
+        self.assertEqual(next_fire("0 0 9 29 2 * 2034,2035,2045,2046,2440", "UTC", utc(2025, 1, 1)),
+                         utc(2440, 2, 29, 9))
         # 2025 was searched from June only: 2425, in the same place of the cycle, is searched again
-        self.assertEqual(next_fire("0 0 9 1 1 * 2425", "UTC", utc(2025, 6, 1)), utc(2425, 1, 1, 9))
+        self.assertEqual(next_fire("0 0 9 1 1 * 2025,2425", "UTC", utc(2025, 6, 1)), utc(2425, 1, 1, 9))
         with self.assertRaisesRegex(EventError, "it has no time after 9999-06-01 00:00:00"):
             next_fire("0 9 1 1 *", "UTC", utc(9999, 6, 1))
+
+    def test_next_fire_refuses_a_long_timezone_and_an_after_without_an_offset(self):
+        with self.assertRaisesRegex(EventError, r'^"timezone" is 65 characters long \(at most 64\)$'):
+            next_fire("0 9 * * *", "x" * 65, utc(2025, 1, 1))
+        with self.assertRaisesRegex(EventError, r'^"timezone" is empty$'):
+            next_fire("0 9 * * *", " ", utc(2025, 1, 1))
+
+        class NoOffset(tzinfo):
+            def utcoffset(self, dt):
+                return None
+        for after in (datetime(2025, 1, 1), datetime(2025, 1, 1, tzinfo=NoOffset())):
+            with self.assertRaisesRegex(ValueError, "needs an aware datetime"):
+                next_fire("0 9 * * *", "UTC", after)
+
+    def test_after_a_run_at_the_end_of_a_gap_the_next_is_the_next_days(self):
+        # 2026-03-29 in Vienna: 02:00 CET becomes 03:00 CEST at 01:00 UTC; a 02:30 job runs then, once
+        gap_end = utc(2026, 3, 29, 1, 0)
+        self.assertEqual(next_fire("30 2 * * *", "Europe/Vienna", gap_end - timedelta(seconds=1)), gap_end)
+        self.assertEqual(next_fire("30 2 * * *", "Europe/Vienna", gap_end), utc(2026, 3, 30, 0, 30))
 
     def test_a_pattern_croniter_rejects_says_so(self):
         import croniter

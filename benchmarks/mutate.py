@@ -314,6 +314,22 @@ EQUIVALENT = {
     "cron:_Cron._first_pass:delete:wall = candidate => pass":
         "unreachable: _next_after passes a wall at or after after's own (the second pass's end for a fold=1 "
         "time), so the first candidate's instant is after after; CronReferenceTest's minute walks agree",
+    "cron:_Cron._first_pass:number:range(1000) => 1000->1001":
+        "a cap never reached: each pass moves past a gap or returns",
+    "cron:_Cron._first_pass:number:range(1000) => 1000->999":
+        "a cap never reached: each pass moves past a gap or returns",
+    "cron:_Cron._first_pass:compare:instant > after => Gt->GtE":
+        "the candidate's wall is strictly after after's, and read at its first offset its instant is too",
+    "cron:_utc_offset:delete:if offset is None: raise ValueError(f'{when!r} ... => pass":
+        "every caller passes an aware datetime (next_fire checks its own argument): the raise is there "
+        "for the type checker",
+    "cron:_utc_offset:delete:raise ValueError(f'{when!r} is naive: it has no... => pass":
+        "the same unreachable raise",
+    "cron:_wall_instant:compare:off0 < off1 => Lt->LtE":
+        "with equal offsets the transition searched for lies between two equal instants: that instant",
+    "cron:_Cron._first_pass:compare:moment > after => Gt->GtE":
+        "a gap's moment has the wall at the gap's end; an after equal to it has that wall too, so the "
+        "search starts past the gap's candidate: never equal",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
