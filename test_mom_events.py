@@ -378,6 +378,22 @@ class CronTest(unittest.TestCase):
         self.assertEqual(next_fire("30 2 * * *", "Europe/Vienna", gap_end - timedelta(seconds=1)), gap_end)
         self.assertEqual(next_fire("30 2 * * *", "Europe/Vienna", gap_end), utc(2026, 3, 30, 0, 30))
 
+    def test_the_next_run_at_the_edges_of_start_and_of_the_calendar(self):
+        now = utc(2029, 12, 31).timestamp()
+
+        def next_ts(fields):
+            event = parse_event(json.dumps({"type": "periodic", "channelId": "C", "text": "x", **fields}), "p.json")
+            return mom_events._next_fire_ts(event, now, now)
+        daily = {"schedule": "0 9 * * *", "timezone": "UTC"}
+        self.assertEqual(next_ts({**daily, "start": "2030-01-01T09:00:00+00:00"}), utc(2030, 1, 1, 9).timestamp())
+        self.assertEqual(next_ts({**daily, "start": "2030-01-01T09:00:00.000001+00:00"}),
+                         utc(2030, 1, 2, 9).timestamp())  # a microsecond after start's first chance
+        self.assertEqual(next_ts({"every": "1h", "start": "2030-01-01T03:00:00+00:00"}),
+                         utc(2030, 1, 1, 3).timestamp())  # hours before it: start itself
+        self.assertEqual(next_ts({"schedule": "0 0 0 31 12 * 9999", "timezone": "UTC"}), math.inf)  # datetime's end
+        self.assertEqual(next_ts({"schedule": "0 59 23 30 12 * 9999", "timezone": "UTC"}),
+                         utc(9999, 12, 30, 23, 59).timestamp())
+
     def test_a_pattern_croniter_rejects_says_so(self):
         import croniter
         with mock.patch.object(croniter, "croniter", side_effect=ValueError("no such thing")):
