@@ -5650,6 +5650,19 @@ class JudgeEdgeTest(unittest.TestCase):
     def one_shot(self, due):
         return parse_event(json.dumps(one_shot(due)), "o.json")
 
+    def test_an_interval_missed_in_a_downtime_keeps_the_phase_of_its_file(self):
+        event = parse_event(json.dumps({"type": "periodic", "channelId": "C", "text": "x", "every": "1h",
+                                        "catchUp": True}), "p.json")
+        mtime_ns = int((self.NOW - 5 * 3600) * 1e9)  # on the hour: runs at NOW - 4h, NOW - 3h, ...
+        verdict = mom_events._judge(event, mtime_ns, self.NOW - 180, self.startup(down_since=self.NOW - 2.5 * 3600))
+        self.assertEqual((verdict.action, verdict.missed, verdict.catch_up, verdict.due),
+                         ("schedule", 2, self.NOW - 3600, self.NOW))
+
+    def test_the_latest_of_many_missed_occurrences_is_found_past_the_count(self):
+        event = parse_event(json.dumps(periodic("* * * * *")), "p.json")  # every minute: NOW is on one
+        count, latest = mom_events._missed(event, self.NOW - 3 * 3600 - 10, self.NOW + 30, 0.0)
+        self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW))
+
     def test_staleness_at_its_edges(self):
         event = parse_event(json.dumps(immediate()), "i.json")
         edge = int(self.NOW * 1e9) - mom_events._TICK_NS  # written exactly 2 s before the start: not stale

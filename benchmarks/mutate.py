@@ -101,6 +101,8 @@ COVERING = {
 # function; --list prints them) and why.  Left out of the score, and listed by --list-survivors.
 _LONG_NUMBER = ("every field's bounds and step sizes are far below 10^8: a long number read as any of these "
                 "is out of range or too large a step all the same")
+_BACK_SEARCH = ("the back-search only saves time: without it (or with another step) the walk forward from "
+                "the 100th occurrence finds the same latest one")
 EQUIVALENT = {
     "schedule:_Schedule.__init__:number:itertools.count(1) => 1->2":
         "generations need only be unique within the schedule; nothing reads their first value",
@@ -330,6 +332,19 @@ EQUIVALENT = {
     "cron:_Cron._first_pass:compare:moment > after => Gt->GtE":
         "a gap's moment has the wall at the gap's end; an after equal to it has that wall too, so the "
         "search starts past the gap's candidate: never equal",
+    "judge:_missed:delete:while (due := _next_fire_ts(event, until - back... => pass":
+        _BACK_SEARCH,
+    "judge:_missed:number:back = 1.0 => 1.0->2.0":
+        _BACK_SEARCH,
+    "judge:_missed:boolop:(due := _next_fire_ts(event, until - back, mtime)) >= unt... => And->Or":
+        _BACK_SEARCH,
+    "judge:_missed:compare:back < until - after => Lt->LtE":
+        _BACK_SEARCH,
+    "judge:_missed:number:back *= 2 => 2->3":
+        _BACK_SEARCH,
+    "judge:_missed:number:since - 0.001 => 0.001->0.002":
+        "a margin for an occurrence at since itself (a float read back from the lock file): 1 ms or 2 ms, "
+        "no occurrence falls between",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
