@@ -343,8 +343,8 @@ EQUIVALENT = {
     "judge:_missed:number:back *= 2 => 2->3":
         _BACK_SEARCH,
     "judge:_missed:number:since - 0.001 => 0.001->0.002":
-        "a margin for an occurrence at since itself (a float read back from the lock file): 1 ms or 2 ms, "
-        "no occurrence falls between",
+        "a margin for an occurrence at since itself (a float read back from the lock file): an occurrence "
+        "1 to 2 ms before a trace is the same moment to anything the harness reads (mtimes, beats)",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
