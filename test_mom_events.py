@@ -5553,7 +5553,8 @@ def close_stopped_loop(loop):
     tasks = asyncio.all_tasks(loop)
     for task in tasks:
         task.cancel()
-    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
     loop.close()
 
 
@@ -5566,9 +5567,12 @@ class StoppedLoopTest(unittest.TestCase):
         self.addCleanup(close_stopped_loop, loop)
         started, halted = threading.Event(), []
 
+        finished = []
+
         async def handler(event):
             started.set()
-            await asyncio.sleep(30)
+            await asyncio.sleep(0.3)
+            finished.append(event.filename)
 
         w = EventsWatcher(d, handler, loop=loop, poll_interval=0.02, on_halt=halted.append)
         with self.assertLogs("mom_events", "WARNING"):
@@ -5580,6 +5584,10 @@ class StoppedLoopTest(unittest.TestCase):
             self.assertTrue(wait_for(lambda: halted, 5), "the worker waits for good")
             self.assertEqual(w.stop(timeout=5), [])
         self.assertTrue((d / "job.json").exists())
+        async def later():
+            await asyncio.sleep(0.5)
+        loop.run_until_complete(later())  # the loop runs again: what was given up stays given up
+        self.assertEqual(finished, [])
 
 
 class ActOnWhatWasJudgedTest(unittest.TestCase):

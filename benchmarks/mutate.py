@@ -345,6 +345,11 @@ EQUIVALENT = {
     "judge:_missed:number:since - 0.001 => 0.001->0.002":
         "a margin for an occurrence at since itself (a float read back from the lock file): an occurrence "
         "1 to 2 ms before a trace is the same moment to anything the harness reads (mtimes, beats)",
+    "channels:_Channels.call:number:timeout=0.25 => 0.25->0.5":
+        "a margin: how often a worker waiting on the loop looks whether it still runs; a stopped loop is "
+        "noticed a quarter second later, with the same outcome",
+    "channels:_Channels.call:number:timeout=0.25 => 0.25->0.0":
+        "a margin: the worker then looks without waiting (a busy wait), with the same outcome",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
