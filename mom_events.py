@@ -2201,7 +2201,6 @@ class _File:
     attempts: int = 0                 # parse retries so far
     first_look: _Startup | None = None  # found by a first look (start-up, after a blind spell)
     queued: _Job | None = None     # its last occurrence put on a queue (it may have started since)
-    quiet: bool = False               # its problem was logged; silent until it changes
     ignored: frozenset[str] = frozenset()  # unknown fields said in the log (shared while none)
     spent: bool = False               # ran or was dropped, but could not be deleted
 
@@ -2281,7 +2280,7 @@ class _Files:
         if f is None:
             f = self._known[name] = _File(name, sig)
         self._cancel(f, "file changed")
-        f.sig, f.attempts, f.quiet, f.first_look = sig, 0, False, first_look
+        f.sig, f.attempts, f.first_look = sig, 0, first_look
         self._load(f, now)
 
     def _load(self, f: _File, now: float) -> None:
@@ -2292,10 +2291,8 @@ class _Files:
             self._forget(f.name, "file removed" if isinstance(exc, OSError) else "file is no longer a regular file")
             self._scanner.forget(f.name)  # the next scan says what has the name now
             return
-        except OSError as exc:
-            if not f.quiet:
-                log.error("%s: cannot be read (%s); leaving it alone until it changes", f.name, exc.strerror or exc)
-                f.quiet = True
+        except OSError as exc:  # said once: it is read again only when a scan sees it change
+            log.error("%s: cannot be read (%s); leaving it alone until it changes", f.name, exc.strerror or exc)
             return
         digest = _digest(data)
         if f.spent and digest == f.digest:
@@ -2307,12 +2304,10 @@ class _Files:
         self._scanner.note_read(f.name, digest, read_ns, sig)
         try:
             event, ignored = _parse(data, f.name)
-        except _NeedsCroniter as exc:
+        except _NeedsCroniter as exc:  # said once, as above
             f.event = None
-            if not f.quiet:
-                log.error("%s; leaving the file in place", exc)
-                self._record_invalid(f.name, exc.reason + "; the file stays", data)
-                f.quiet = True
+            log.error("%s; leaving the file in place", exc)
+            self._record_invalid(f.name, exc.reason + "; the file stays", data)
             return
         except EventError as exc:
             f.event = None

@@ -1604,13 +1604,17 @@ class PeriodicTest(unittest.TestCase):
     def test_without_croniter_the_file_stays_with_one_error(self):
         mom_events._compile_cron.cache_clear()
         self.addCleanup(mom_events._compile_cron.cache_clear)
-        h = Harness(self)
+        h = Harness(self, history=None)
+        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
         h.write("p.json", periodic())
         h.write("i.json", immediate(text="still works"))
         with mock.patch.dict(sys.modules, {"croniter": None}), self.assertLogs("mom_events") as logs:
             h.start()
             h.tick(h.now + 1)
             h.tick(h.now + 1)
+        invalid = [r for r in read_history(h.dir / ".history.jsonl") if r["outcome"] == "invalid"]
+        self.assertEqual([(r["filename"], r["detail"]) for r in invalid],
+                         [("p.json", "periodic events need croniter (pip install croniter); the file stays")])
         errors = [line for line in logs.output if line.startswith("ERROR")]
         self.assertEqual(len(errors), 1)
         self.assertIn("p.json", errors[0])
@@ -1782,6 +1786,52 @@ class RetryTest(unittest.TestCase):
         errors = [line for line in logs.output if line.startswith("ERROR")]
         self.assertEqual(errors, ["ERROR:mom_events:bad.json: \"at\" has no UTC offset: '2025-12-15T09:00:00' "
                                   "(add one, e.g. +01:00 or Z, or give \"timezone\"); renamed to bad.json.rejected"])
+
+    def test_a_file_touched_between_scans_during_the_retries_starts_them_over(self):
+        h = Harness(self)
+        h.start()
+        h.write("w.json", "{")
+        t0 = h.now + 0.1
+        with self.assertLogs("mom_events", "ERROR"):
+            h.tick(t0)
+            os.utime(h.dir / "w.json", (time.time() + 5, time.time() + 5))  # seen by the retry's read, not a scan
+            h.advance(0.75)  # retries at 0.1 (it changed: the count starts over), 0.2, 0.4, then 0.8
+            self.assertTrue(h.exists("w.json"))
+            h.advance(0.1)
+        self.assertFalse(h.exists("w.json"))
+
+    def test_a_file_that_cannot_be_read_is_said_once_and_left_until_it_changes(self):
+        h = Harness(self)
+        h.start()
+        real = mom_events._read_file
+
+        def read(path):
+            if path.endswith("locked.json"):
+                raise PermissionError(13, "Permission denied")
+            return real(path)
+        h.write("locked.json", immediate())
+        with mock.patch.object(mom_events, "_read_file", read), self.assertLogs("mom_events", "ERROR") as logs:
+            for _ in range(5):
+                h.tick(h.now + 1)
+        self.assertEqual(logs.output, ["ERROR:mom_events:locked.json: cannot be read (Permission denied); "
+                                       "leaving it alone until it changes"])
+        h.tick(h.now + 1)
+        self.assertEqual(h.fired, [])
+        (h.dir / "locked.json").write_text(json.dumps(immediate(text="readable now")))
+        h.tick(h.now + 1)
+        self.assertEqual(h.texts(), ["readable now"])
+
+    def test_a_scheduled_file_that_becomes_a_directory_never_fires(self):
+        h = Harness(self)
+        h.start()
+        h.write("later.json", one_shot(h.now + 10))
+        h.tick(h.now + 0.1)
+        (h.dir / "later.json").unlink()
+        (h.dir / "later.json").mkdir()
+        with self.assertLogs("mom_events", "WARNING"):
+            h.tick(h.now + 0.1)
+        h.advance(20)
+        self.assertEqual(h.fired, [])
 
     def test_a_file_fixed_during_the_retries_is_scheduled(self):
         h = Harness(self)
