@@ -352,7 +352,7 @@ EQUIVALENT = {
         "a margin: the worker then looks without waiting (a busy wait), with the same outcome",
     "files:_Files.run_due:number:count % _BATCH == 0 => 0->-1":
         "offering the GIL every batch only lets workers run sooner in a burst: the same events, the same order",
-    "files:_Files._changed:number:(sig, 0, False, first_look) => 0->-1":
+    "files:_Files._changed:number:(sig, 0, first_look) => 0->-1":
         "_load resets the count itself when the content read differs from the last read, as it does for any "
         "change but a touch; and a file touched with the same bad content was renamed away already",
     "files:_Files._invalid:delete:self._gone(f.name) => pass":
