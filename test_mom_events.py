@@ -5696,6 +5696,41 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         self.assertEqual([t for t in h.texts() if not t.startswith("missing")], ["fixed"])
 
 
+    def test_a_rewrite_in_place_that_keeps_size_and_mtime_is_not_deleted_as_the_one_that_ran(self):
+        h = Harness(self)
+        h.start()
+        old = h.now - 3600
+        h.write("a.json", one_shot(h.now + 10, text="first"), mtime=old)
+        h.tick(h.now + 0.1)
+
+        def rewrite(event):  # while it runs: same size, same mtime, another text (only the ctime moves)
+            h.fired.append((h.now, event))
+            h.write("a.json", one_shot(h.now + 10, text="other"), mtime=old)
+        h.handler = rewrite
+        h.advance(10)
+        self.assertEqual(h.texts(), ["first"])
+        self.assertTrue(h.exists("a.json"))  # the rewrite, read as a new file, waits for its own time
+        h.handler = lambda event: h.fired.append((h.now, event))
+        h.advance(11)
+        self.assertEqual(h.texts(), ["first", "other"])
+        self.assertFalse(h.exists("a.json"))
+
+    def test_a_taken_file_that_cannot_be_checked_is_put_back_not_acted_on(self):
+        h = Harness(self)
+        h.start()
+        h.write("a.json", {"type": "immediate", "channelId": "C1"})  # bad: no text
+        real = os.stat
+
+        def stat(path, *args, **kwargs):
+            if str(path).endswith("-taken"):
+                raise OSError(5, "Input/output error")
+            return real(path, *args, **kwargs)
+        with mock.patch.object(mom_events.os, "stat", stat):
+            h.tick(h.now + 0.1)
+            h.advance(1)  # the retries run out: it is to be renamed, but what was taken cannot be checked
+        self.assertTrue(h.exists("a.json"))
+        self.assertFalse(h.exists("a.json.rejected"))
+
 class JudgeEdgeTest(unittest.TestCase):
     """The judge at the edges of its rules, each edge on both sides: where a
     mutation run found a comparison or a constant that no test pinned."""

@@ -357,6 +357,18 @@ EQUIVALENT = {
         "change but a touch; and a file touched with the same bad content was renamed away already",
     "files:_Files._invalid:delete:self._gone(f.name) => pass":
         "the next scan sees the name gone and forgets it the same way; _gone does it a poll sooner",
+    "files:_Files._take:delete:self._scanner.forget(f.name) => pass":
+        "the new file at the name has a signature the scanner has not noted, so the next scan reads it anyway "
+        "(the single writer applies a scan's changes, judging them anew, before it acts on a file)",
+    "files:_Files._take:delete:return None => pass#3":
+        "the last statement: the function returns None all the same",
+    "files:_Files._still:return:return False => None#2":
+        "None is as false as False to the caller",
+    "files:_Files._still:bool:return False => False->True#2":
+        "reached only if the name turns non-regular between a stat that matched and the read; the check after "
+        "the rename then finds another inode and puts it back",
+    "files:_Files._undeletable:delete:self._cancel(f) => pass":
+        "called once the file's run or verdict is over: nothing of it is scheduled or queued any more",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
