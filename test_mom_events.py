@@ -5422,6 +5422,39 @@ class MidWriteTest(unittest.TestCase):
         self.assertEqual([(r["type"], r["channelId"]) for r in invalid], [("one-shot", "C7")])
 
 
+class DirectoryLockTest(unittest.TestCase):
+    """The lock file: the PID, and the trace of life a stop leaves (issue 20)."""
+
+    def setUp(self):
+        self.dir = temp_dir(self, "mom_events_lock_")
+        self.path = self.dir / mom_events._LOCK_NAME
+
+    def lock(self):
+        lock = mom_events._DirectoryLock(str(self.dir))
+        self.addCleanup(lock.release, False)
+        return lock
+
+    def test_what_follows_a_pid_is_kept_only_when_it_is_a_trace(self):
+        self.path.write_text("123\nsomething else\n")
+        lock = self.lock()
+        self.assertIsNone(lock.trace)
+        self.assertEqual(self.path.read_text(), f"{os.getpid()}\n")
+
+    def test_a_clean_release_marks_the_stop_only_once_the_harness_has_beaten(self):
+        lock = self.lock()
+        lock.release(clean=True)  # it never looked at the directory: it leaves no trace
+        self.assertEqual(self.path.read_text(), f"{os.getpid()}\n")
+        lock = self.lock()
+        lock.beat()
+        lock.release(clean=False)  # killed, or a start-up that failed: no stop is claimed
+        self.assertEqual(self.path.read_text(), f"{os.getpid()}\n{mom_events._TRACE}")
+        lock = self.lock()
+        self.assertEqual(lock.trace[1], False)
+        lock.beat()
+        lock.release(clean=True)
+        self.assertEqual(self.path.read_text(), f"{os.getpid()}\n{mom_events._TRACE}{mom_events._STOPPED}")
+
+
 class LifecycleTest(unittest.TestCase):
     """The watcher's life: what stop() holds until the end, what a stopped
     watcher refuses, and what a failed start lets go (issue 19)."""

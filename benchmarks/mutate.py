@@ -369,6 +369,8 @@ EQUIVALENT = {
         "the rename then finds another inode and puts it back",
     "files:_Files._undeletable:delete:self._cancel(f) => pass":
         "called once the file's run or verdict is over: nothing of it is scheduled or queued any more",
+    "scanner:_Scanner.__init__:delete:self._dir_key: tuple[int, int, int] | None = None => pass":
+        "the first look (at start-up) sets it before anything reads it; a failed one sets it or returns first",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
