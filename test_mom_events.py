@@ -5434,6 +5434,25 @@ class DirectoryLockTest(unittest.TestCase):
         self.addCleanup(lock.release, False)
         return lock
 
+    def test_a_directory_made_anew_that_cannot_be_locked_yet_is_waited_for(self):
+        h = Harness(self)
+        h.w._scanner.lock()  # as start() takes it
+        self.addCleanup(h.w._scanner.release)
+        h.start()
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        h.dir.mkdir()
+        h.write("hook.json", immediate(text="in the new directory"))
+        with mock.patch.object(mom_events, "_DirectoryLock", side_effect=PermissionError(13, "Permission denied")), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 1)
+            h.tick(h.now + 1)
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("cannot be locked (Permission denied); waiting for it", logs.output[0])
+        self.assertEqual(h.fired, [])
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.tick(h.now + 1)
+        self.assertIn("was made anew; took its lock", "\n".join(logs.output))
+
     def test_what_follows_a_pid_is_kept_only_when_it_is_a_trace(self):
         self.path.write_text("123\nsomething else\n")
         lock = self.lock()

@@ -371,6 +371,15 @@ EQUIVALENT = {
         "called once the file's run or verdict is over: nothing of it is scheduled or queued any more",
     "scanner:_Scanner.__init__:delete:self._dir_key: tuple[int, int, int] | None = None => pass":
         "the first look (at start-up) sets it before anything reads it; a failed one sets it or returns first",
+    "scanner:_Scanner.__init__:delete:self._dir_racy = False => pass":
+        "the first look is a start-up's, which lists whatever _dir_racy says, and sets it",
+    "scanner:_Scanner.__init__:bool:self.came_back = False => False->True":
+        "the first look clears it, and a start-up's first look has its start-up facts already",
+    "scanner:_Scanner._look:delete:if self._dir_fd_id != dir_id: self._open_dir() => pass":
+        "the directory's descriptor only speeds the sweep's stats: without one it stats by path (the "
+        "TypeError fallback), with the same entries",
+    "scanner:_Scanner._look:compare:self._dir_fd_id != dir_id => NotEq->Eq":
+        "the same: the descriptor is then never opened, and the sweep stats by path",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
