@@ -103,6 +103,8 @@ _LONG_NUMBER = ("every field's bounds and step sizes are far below 10^8: a long 
                 "is out of range or too large a step all the same")
 _BACK_SEARCH = ("the back-search only saves time: without it (or with another step) the walk forward from "
                 "the 100th occurrence finds the same latest one")
+_SWEEP_SHORTCUT = ("the sweep's shortcut: without it the name gets the full stat and comparison, with the "
+                   "same entry (a stat a moment later at worst)")
 EQUIVALENT = {
     "schedule:_Schedule.__init__:number:itertools.count(1) => 1->2":
         "generations need only be unique within the schedule; nothing reads their first value",
@@ -383,6 +385,14 @@ EQUIVALENT = {
     "scanner:_Scanner._sweep:delete:if self._ticks % self._sweep_every: return => pass":
         "the sweep's pace only: it then stats its batch every tick, finding rewrites as soon or sooner at "
         "more cost (the idle benchmark measures the cost)",
+    "scanner:_Scanner._sweep:delete:continue => pass":
+        _SWEEP_SHORTCUT,
+    "scanner:_Scanner._sweep:delete:if st.st_ctime_ns == old.sig[4] and st.st_size ... => pass":
+        _SWEEP_SHORTCUT,
+    "scanner:_Scanner._sweep:compare:old.sig is not None => IsNot->Is":
+        _SWEEP_SHORTCUT,
+    "scanner:_Scanner._sweep:delete:continue => pass#2":
+        _SWEEP_SHORTCUT,
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
