@@ -1328,6 +1328,26 @@ class ScannerPartTest(unittest.TestCase):
         self.assertEqual((changes.changed, changes.deleted, changes.unusable), ([], ["a.json"], ["f.json"]))
         self.assertEqual(logs.output, ["WARNING:mom_events:f.json: ignored: it is a FIFO, not a regular file"])
         self.assertIsNone(scanner.scan())  # nothing new; no second warning
+        os.unlink(d / "f.json")
+        (d / "f.json").write_text("{}")  # a regular file in its place ...
+        self.assertEqual([name for name, _ in scanner.scan().changed], ["f.json"])
+        os.unlink(d / "f.json")
+        os.mkfifo(d / "f.json")  # ... then a FIFO again: it changed, so it is said again
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            scanner.scan()
+        self.assertEqual(logs.output, ["WARNING:mom_events:f.json: ignored: it is a FIFO, not a regular file"])
+
+    def test_names_gone_are_forgotten(self):
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), 0.2)
+        scanner.scan(startup=True)
+        for i in range(20):
+            (d / f"{i}.json").write_text("{}")
+        self.assertEqual(len(scanner.scan().changed), 20)
+        for i in range(20):
+            (d / f"{i}.json").unlink()
+        self.assertEqual(len(scanner.scan().deleted), 20)
+        self.assertEqual(scanner._snapshot, {})  # memory: nothing is kept of files gone
 
     def test_a_forgotten_name_is_new_again_even_with_the_same_stat(self):
         d = temp_dir(self, "mom_events_scan_")

@@ -393,6 +393,12 @@ EQUIVALENT = {
         _SWEEP_SHORTCUT,
     "scanner:_Scanner._sweep:delete:continue => pass#2":
         _SWEEP_SHORTCUT,
+    "scanner:_Scanner._sweep:number:0.3 * (time.perf_counter() - started) => 0.3->0.6":
+        "the weight of the latest batch in the stat cost's average: the sweep's pace only",
+    "scanner:_Scanner._changes:delete:self._fresh.pop(name, None) => pass":
+        "the next recheck finds the name gone from the snapshot and drops it: a tick later, the same",
+    "scanner:_Scanner._recheck:delete:del self._fresh[name] => pass":
+        "a guard: _changes drops a name from _fresh whenever it leaves the snapshot or turns non-regular",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
