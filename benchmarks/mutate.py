@@ -399,6 +399,8 @@ EQUIVALENT = {
         "the next recheck finds the name gone from the snapshot and drops it: a tick later, the same",
     "scanner:_Scanner._recheck:delete:del self._fresh[name] => pass":
         "a guard: _changes drops a name from _fresh whenever it leaves the snapshot or turns non-regular",
+    "scanner:_Scanner._relock:return:return True => None":
+        "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
