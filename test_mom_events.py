@@ -16,6 +16,8 @@ import math
 import os
 import random
 import re
+import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -2768,6 +2770,121 @@ else:  # "check OUT": which processes of the runs before this one still live
         json.dump(living, file)
     os.rename(sys.argv[3] + ".tmp", sys.argv[3])
 """
+
+
+class CommandPartsTest(unittest.TestCase):
+    """The --exec command's parts on their own: the bytes a command gets, its
+    run's processes, its exit, its output lines; found by a mutation run of
+    the CLI (issue 19)."""
+
+    def event(self):
+        return parse_event(json.dumps(immediate(text="hi")), "e.json")
+
+    def test_undecodable_name_bytes_stay_bytes_and_lone_surrogates_are_spelled_out(self):
+        self.assertEqual(mom_events._command_bytes("a\udc80\udcff\ud800\udfff"), b"a\x80\xff\\ud800\\udfff")
+
+    def test_a_cut_value_ends_on_a_whole_character(self):
+        for text in ("é" * 40000, "x" + "é" * 40000, "€" * 30000, "x€" * 30000):
+            value = mom_events._env_value(text)
+            head = value.split(b" [cut: ")[0]
+            self.assertEqual(head.decode("utf-8"), text[:len(head.decode("utf-8"))])  # whole characters only
+
+    def test_a_process_whose_name_has_a_parenthesis_is_still_a_member_of_its_run(self):
+        odd = temp_dir(self, "mom_events_comm_") / "sl) eep"
+        odd.symlink_to(shutil.which("sleep"))
+        proc = subprocess.Popen([str(odd), "30"], start_new_session=True)
+        self.addCleanup(lambda: (proc.kill(), proc.wait()))
+        self.assertTrue(wait_for(lambda: mom_events._run_members(proc.pid) == [proc.pid], 5))
+
+    def test_a_command_that_closes_its_output_and_goes_on_is_waited_for_and_leaves_no_descriptor(self):
+        before = len(os.listdir("/proc/self/fd"))
+        started = time.monotonic()
+        for _ in range(3):
+            mom_events._Commands("exec >&- 2>&- <&-; sleep 0.3", None)(self.event())
+        self.assertGreaterEqual(time.monotonic() - started, 0.9)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+
+    def test_exit_status_1_is_a_failure(self):
+        with self.assertRaisesRegex(mom_events._CommandFailed, "^exit status 1$"):
+            mom_events._Commands("exit 1", None)(self.event())
+
+    def test_after_stop_or_kill_no_command_starts(self):
+        for end in ("stop_all", "kill_all"):
+            with self.subTest(end=end):
+                marker = temp_dir(self, "mom_events_cmd_") / "ran"
+                commands = mom_events._Commands(f"touch {marker}", None)
+                getattr(commands, end)()
+                done = []
+                thread = threading.Thread(target=lambda: done.append(self.refused(commands)), daemon=True)
+                thread.start()
+                thread.join(5)
+                self.assertEqual(done, [True])  # refused, and at once: the lock was let go
+                self.assertFalse(marker.exists())
+
+    def refused(self, commands):
+        try:
+            commands(self.event())
+        except mom_events._Interrupted:
+            return True
+        return False
+
+    def test_output_lines_empty_ones_included_are_logged_one_by_one(self):
+        read, write = os.pipe()
+        self.addCleanup(os.close, read)
+        os.write(write, b"\nabc\r\n\nlast")
+        os.close(write)
+        stream = (logging.INFO, bytearray())
+        with selectors.DefaultSelector() as selector, self.assertLogs("mom_events", "INFO") as logs:
+            selector.register(read, selectors.EVENT_READ)
+            mom_events._Commands._relay(selector, read, stream, "e.json")
+            mom_events._Commands._relay(selector, read, stream, "e.json")  # the end of the output
+        self.assertEqual([r.getMessage() for r in logs.records], ["e.json: ", "e.json: abc", "e.json: "])
+        self.assertEqual(stream[1], bytearray(b"last"))  # not ended: kept for what follows
+
+
+class CheckLineTest(unittest.TestCase):
+    """--check's verdict on one file, at its edges (a mutation run of the CLI)."""
+
+    def setUp(self):
+        self.dir = temp_dir(self, "mom_events_checkline_")
+
+    def test_a_file_gone_while_checking_or_unreadable(self):
+        path = self.dir / "a.json"
+        path.write_text(json.dumps(immediate()))
+
+        def gone(p):
+            os.unlink(p)
+            raise FileNotFoundError(2, "No such file or directory")
+
+        def unreadable(p):
+            raise PermissionError(13, "Permission denied")
+        with mock.patch.object(mom_events, "_read_file", unreadable):
+            self.assertEqual(mom_events._check_line(str(path), "a.json", time.time()),
+                             (False, "a.json: cannot be read (Permission denied)"))
+        with mock.patch.object(mom_events, "_read_file", gone):
+            self.assertEqual(mom_events._check_line(str(path), "a.json", time.time()),
+                             (True, "a.json: gone while checking"))
+
+    def test_a_one_shot_past_its_time_is_judged_by_its_mtime_not_its_ctime(self):
+        now = time.time()
+        path = self.dir / "late.json"
+        path.write_text(json.dumps(one_shot(now - 60)))
+        os.utime(path, (now - 120, now - 120))  # written before its time (the ctime is now)
+        ok, line = mom_events._check_line(str(path), "late.json", now)
+        self.assertTrue(ok, line)
+        self.assertIn("runs at once, late by", line)
+
+    def test_an_intervals_next_runs_keep_the_phase_of_its_mtime(self):
+        now = time.time()
+        path = self.dir / "build.json"
+        path.write_text(json.dumps({"type": "periodic", "channelId": "C", "text": "x", "every": "1h"}))
+        os.utime(path, (now - 5400, now - 5400))  # written an hour and a half ago (the ctime is now)
+        ok, line = mom_events._check_line(str(path), "build.json", now)
+        times = [datetime.fromisoformat(t).timestamp() for t in line.split("next ")[1].split(", ")]
+        self.assertEqual([round(t - now) for t in times], [1800, 5400, 9000], line)
+
+    def test_unknown_fields_are_named_as_written(self):
+        self.assertIn('"prioritée"', mom_events._unknown_fields(["prioritée"]))
 
 
 class SupervisionTest(CliCase):

@@ -401,6 +401,22 @@ EQUIVALENT = {
         "a guard: _changes drops a name from _fresh whenever it leaves the snapshot or turns non-regular",
     "scanner:_Scanner._relock:return:return True => None":
         "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
+    "cli:_Commands._supervise:delete:pipe.close() => pass":
+        "CPython closes the pipes' file objects as the Popen goes at the end of the run (refcounting); "
+        "CommandPartsTest counts the descriptors",
+    "cli:_Commands._supervise:delete:if not exited: try: proc.wait(0.1) except subpr... => pass":
+        "cost only: the loop then spins instead of waiting a tenth of a second for the command's end",
+    "cli:_Commands._supervise:compare:now >= exited_at + _LEFTOVER_GRACE => GtE->Gt":
+        "differs only when the monotonic clock reads exactly the grace's end",
+    "cli:_Commands._supervise:compare:now >= deadline => GtE->Gt":
+        "differs only when the monotonic clock reads exactly the deadline",
+    "cli:_Commands._supervise:number:selector.select(0.1) => 0.1->0.0":
+        "cost only: the loop then polls the pipes without waiting",
+    "cli:_Commands._relay:delete:return => pass":
+        "at the end of the output the buffer holds no whole line (each read's lines were logged): the loop "
+        "below returns at once",
+    "cli:_check:delete:sys.stdout.flush() => pass":
+        "the interpreter flushes stdout as --check exits, and nothing is written after",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
