@@ -2497,6 +2497,15 @@ class CliTest(unittest.TestCase):
         proc.send_signal(signal.SIGINT)
         self.assertEqual(proc.wait(10), 0)
 
+    def test_a_directory_that_cannot_be_made_is_one_error_and_status_2(self):
+        blocker = self.dir / "file"
+        blocker.write_text("")
+        result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(blocker / "events")],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 2)
+        self.assertRegex(result.stderr, rf"^\S+ \S+ ERROR cannot watch {re.escape(str(blocker))}/events: "
+                                        r"Not a directory\n$")
+
     def test_default_directory_is_events(self):
         (self.dir / "events").mkdir()
         (self.dir / "events" / "p.json").write_text(json.dumps(periodic("0 9 * * *")))
