@@ -1939,16 +1939,13 @@ class _Channels:
     def _wait_to_start(self) -> None:
         """A new worker, while every other one is busy: wait until each has
         run its callback _SPAWN_AFTER, in case one is quick and takes the work
-        itself.  Waits without the scheduler: its naps are long."""
+        itself.  Waits without the scheduler (its naps are long), and on the
+        pool's condition, so that close() ends the wait at once."""
         while self._ready and not self._idle and not self._closed and self._busy_since:
             delay = max(self._busy_since.values()) + _SPAWN_AFTER - time.monotonic()
             if delay <= 0:
                 return
-            self._lock.release()
-            try:
-                time.sleep(delay)
-            finally:
-                self._lock.acquire()
+            self._work.wait(delay)
 
     def _work_loop(self) -> None:
         """A pool worker: take the next ready channel, run its next job, put

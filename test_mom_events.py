@@ -5670,6 +5670,21 @@ class LifecycleTest(unittest.TestCase):
         self.assertFalse((self.dir / "job.json").exists())  # deleted once its run ended
         self.assertEqual(runs, ["job.json"])
 
+    def test_a_worker_waiting_its_turn_to_start_ends_with_the_pool(self):
+        """Found by the adversarial pass: a worker started for a job that
+        found every worker busy slept out its wait, alive after stop()."""
+        def workers():
+            return [t for t in threading.enumerate() if t.name.startswith("mom_events-worker")]
+        with mock.patch.object(mom_events, "_SPAWN_AFTER", 5.0):
+            w = EventsWatcher(self.dir, lambda event: None, poll_interval=0.02).start()
+            running = threading.Event()
+            self.assertTrue(w.submit("A", lambda: (running.set(), time.sleep(0.3))))
+            self.assertTrue(running.wait(5))
+            self.assertTrue(w.submit("B", lambda: None))  # a worker starts, to wait until A has run 5 s
+            self.assertTrue(wait_for(lambda: len(workers()) == 2, 5))
+            self.assertEqual(w.stop(timeout=5), [])
+            self.assertTrue(wait_for(lambda: not workers(), 0.5), workers())
+
     def test_stop_records_what_it_drops_from_the_queues_and_ends_inactive(self):
         started, release = threading.Event(), threading.Event()
         self.addCleanup(release.set)
