@@ -2279,6 +2279,11 @@ class CallbackTest(unittest.TestCase):
         self.assertEqual(len(h.fired), 1)
         self.assertEqual(len([line for line in logs.output if "cannot delete" in line]), 1)
         self.assertTrue(h.exists("a.json"))
+        h.write("a.json", immediate(text="new content"))  # a new version runs, and is said again
+        with mock.patch("mom_events.os.unlink", side_effect=denied), self.assertLogs("mom_events") as logs:
+            h.tick(h.now + 1)
+        self.assertEqual(h.texts(), ["ping", "new content"])
+        self.assertEqual(len([line for line in logs.output if "cannot delete" in line]), 1)
 
 
 class SubmitTest(unittest.TestCase):

@@ -417,6 +417,16 @@ EQUIVALENT = {
         "below returns at once",
     "cli:_check:delete:sys.stdout.flush() => pass":
         "the interpreter flushes stdout as --check exits, and nothing is written after",
+    "channels:_Channels.staff:delete:return => pass":
+        "the guard's return: _staff then returns at once for an empty ready queue (a lock more)",
+    "files:_Files._changed:number:(sig, 0, first_look) => 0->1":
+        "_load resets the count itself when the content read differs from the last read, as it does for any "
+        "change but a touch; and a file touched with the same bad content was renamed away already",
+    "files:_Files._load:delete:self._forget(f.name, 'file removed' if isinstan... => pass":
+        "a file gone or swapped between the scan and the read: the next scan sees it gone or non-regular and "
+        "forgets it the same way",
+    "files:_Files._load:delete:self._scanner.forget(f.name) => pass":
+        "the same: the next scan's listing or stat shows the name gone or changed in kind",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
