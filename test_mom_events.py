@@ -4322,6 +4322,18 @@ class HistoryTest(unittest.TestCase):
     def outcomes(self, name=None):
         return [(r["filename"], r["outcome"]) for r in read_history(self.path) if name in (None, r["filename"])]
 
+    def test_a_file_removed_during_its_retries_cancels_nothing_more(self):
+        h = self.harness()
+        h.start()
+        h.write("a.json", one_shot(h.now + 100))
+        h.tick(h.now + 0.1)
+        h.write("a.json", "{")  # rewritten, half-written: its old occurrence is cancelled, retries begin
+        h.tick(h.now + 0.1)
+        (h.dir / "a.json").unlink()  # removed before the first retry
+        h.tick(h.now + 0.05)
+        self.assertEqual([(o, r.get("detail")) for o, r in ((r["outcome"], r) for r in read_history(self.path))],
+                         [("cancelled", "file changed before it was due")])
+
     def test_every_outcome(self):
         h = self.harness(now=utc(2025, 1, 1, 9, 0, 30).timestamp())
         h.write("stale.json", immediate(), mtime=h.now - 60)

@@ -427,6 +427,16 @@ EQUIVALENT = {
         "forgets it the same way",
     "files:_Files._load:delete:self._scanner.forget(f.name) => pass":
         "the same: the next scan's listing or stat shows the name gone or changed in kind",
+    "files:_Files._load:delete:f.event = None => pass":
+        "nothing reads a file's event while it has no firing scheduled or queued: firing, the cancelled line "
+        "and deletion all go by the entry or the job (HistoryTest checks the cancelled line)",
+    "files:_Files._load:delete:f.event = None => pass#2":
+        "the same, during the retries",
+    "files:_Files._load:number:(event, 0) => 0->1":
+        "after a good read the count is read again only by a retry, and retries follow only a change, "
+        "which resets it (_changed) or a bad read (which _retry_later counts from there)",
+    "files:_Files._load:number:(event, 0) => 0->-1":
+        "the same",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
