@@ -437,6 +437,10 @@ EQUIVALENT = {
         "which resets it (_changed) or a bad read (which _retry_later counts from there)",
     "files:_Files._load:number:(event, 0) => 0->-1":
         "the same",
+    "channels:_Channels._wait_to_start:delete:self._work.wait(delay) => pass":
+        "cost: the waiting worker then spins holding the pool's lock for up to _SPAWN_AFTER (20 ms), a stall "
+        "of that length, with the same runs in the same order (LifecycleTest's 5 s variant sees the stall "
+        "when it catches the worker waiting, which under load it does not always)",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
