@@ -457,6 +457,7 @@ class Mutant:
     op: str
     index: int       # which mutation site in the walk (for applying it)
     variant: int     # which change at that site
+    in_default: bool = False  # a parameter's default value: the documented signatures show it too
 
 
 _FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
@@ -583,7 +584,8 @@ def mutants(source: str) -> list[Mutant]:
             key = f"{part}:{function}:{op}:{before} => {change}"
             seen[key] += 1
             found.append(Mutant(f"{key}#{seen[key]}" if seen[key] > 1 else key, part, function,
-                                getattr(node, "lineno", 0), op, index, variant))
+                                getattr(node, "lineno", 0), op, index, variant,
+                                isinstance(parents.get(id(node)), ast.arguments)))
     return found
 
 
@@ -880,6 +882,8 @@ def main(argv=None) -> int:
         if args.classes:
             return covering[mutant.part], float(args.timeout or 60)
         tests = tests_for(mutant.function, cover)
+        if mutant.in_default:  # read without a call, by the test of the documented signatures
+            tests += [t for t in cover if t.startswith("DocumentedSignatureTest.") and t not in tests]
         if args.timeout:
             return tests, float(args.timeout)
         return tests, {t: 10 + 4 * cover[t]["seconds"] for t in tests}
