@@ -6416,6 +6416,12 @@ class DowntimeTest(unittest.TestCase):
         with mock.patch.object(mom_events, "_FAST_SCAN", False):
             h.tick(h.now + 1)
         self.assertEqual(h.texts()[1:], ["after"])
+        # ... and a file seen at a later poll is judged as new, not by start-up rules: no catch-up of the
+        # occurrence that fell between the two polls
+        h.write("p.json", {**periodic("0 * * * * *"), "catchUp": True}, mtime=h.now + 1)
+        with mock.patch.object(mom_events, "_FAST_SCAN", False):
+            h.tick(h.now + 90)
+        self.assertEqual(h.texts()[1:], ["after"])
 
 
 class MisfireGraceTest(unittest.TestCase):

@@ -444,6 +444,9 @@ EQUIVALENT = {
     "watcher:EventsWatcher._run:delete:if until_due < _LEAD and action == 'fire': self... => pass":
         "the last millisecond is then reached by passes that skip the sleep (a negative timeout) instead of "
         "by the spin: the same instant, without the worker's stand-by (a thread start later)",
+    "watcher:EventsWatcher._run:delete:next_beat = mono + _HEARTBEAT => pass":
+        "cost only: the lock file's mtime is then refreshed at every poll, not every second (a trace as "
+        "fresh or fresher)",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
