@@ -5616,6 +5616,22 @@ class DirectoryLockTest(unittest.TestCase):
             h.tick(h.now + 1)
         self.assertIn("was made anew; took its lock", "\n".join(logs.output))
 
+    def test_a_lock_refused_or_failing_leaves_no_descriptor_and_a_new_one_is_0644(self):
+        old = os.umask(0o022)
+        self.addCleanup(os.umask, old)
+        self.lock()
+        self.assertEqual(os.stat(self.path).st_mode & 0o777, 0o644)
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(10):
+            with self.assertRaisesRegex(EventError, "is already watched by process"):
+                mom_events._DirectoryLock(str(self.dir))
+        other = temp_dir(self, "mom_events_lock_")
+        with mock.patch.object(mom_events.fcntl, "flock", side_effect=OSError(37, "No locks available")):
+            for _ in range(10):
+                with self.assertRaisesRegex(OSError, "No locks available"):
+                    mom_events._DirectoryLock(str(other))
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+
     def test_what_follows_a_pid_is_kept_only_when_it_is_a_trace(self):
         self.path.write_text("123\nsomething else\n")
         lock = self.lock()

@@ -105,6 +105,8 @@ _BACK_SEARCH = ("the back-search only saves time: without it (or with another st
                 "the 100th occurrence finds the same latest one")
 _SWEEP_SHORTCUT = ("the sweep's shortcut: without it the name gets the full stat and comparison, with the "
                    "same entry (a stat a moment later at worst)")
+_LOCK_READ = ("the lock file holds a PID line and at most two short lines: reading 255 or 257 bytes, or "
+              "from its second byte, finds the same lines after the PID")
 EQUIVALENT = {
     "schedule:_Schedule.__init__:number:itertools.count(1) => 1->2":
         "generations need only be unique within the schedule; nothing reads their first value",
@@ -447,6 +449,14 @@ EQUIVALENT = {
     "watcher:EventsWatcher._run:delete:next_beat = mono + _HEARTBEAT => pass":
         "cost only: the lock file's mtime is then refreshed at every poll, not every second (a trace as "
         "fresh or fresher)",
+    "scanner:_DirectoryLock.__init__:number:os.ftruncate(fd, 0) => 0->1":
+        "the new content, written from offset 0, is never shorter than one byte",
+    "scanner:_DirectoryLock.__init__:number:os.pread(fd, 256, 0) => 256->257":
+        _LOCK_READ,
+    "scanner:_DirectoryLock.__init__:number:os.pread(fd, 256, 0) => 256->255":
+        _LOCK_READ,
+    "scanner:_DirectoryLock.__init__:number:os.pread(fd, 256, 0) => 0->1":
+        _LOCK_READ,
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
