@@ -5651,6 +5651,11 @@ class DirectoryLockTest(unittest.TestCase):
         lock.beat()
         lock.release(clean=True)
         self.assertEqual(self.path.read_text(), f"{os.getpid()}\n{mom_events._TRACE}{mom_events._STOPPED}")
+        lock = self.lock()
+        self.assertEqual(lock.trace[1], True)
+        lock.beat()  # the first beat rewrites the file: the clean stop it read is no longer claimed
+        lock.release(clean=False)
+        self.assertEqual(self.path.read_text(), f"{os.getpid()}\n{mom_events._TRACE}")
 
 
 class LifecycleTest(unittest.TestCase):

@@ -457,6 +457,14 @@ EQUIVALENT = {
         _LOCK_READ,
     "scanner:_DirectoryLock.__init__:number:os.pread(fd, 256, 0) => 0->1":
         _LOCK_READ,
+    "scanner:_DirectoryLock.__init__:number:os.pread(fd, 32, 0) => 32->33":
+        "the holder's PID line is far shorter than 31 bytes",
+    "scanner:_DirectoryLock.__init__:number:os.pread(fd, 32, 0) => 32->31":
+        "the holder's PID line is far shorter than 31 bytes",
+    "scanner:_DirectoryLock.beat:delete:if self._fd is None: return => pass":
+        "a guard: nothing beats a released lock (the closer lets it go after the scheduler thread has ended)",
+    "scanner:_DirectoryLock.beat:number:os.ftruncate(self._fd, 0) => 0->1":
+        "the content then written from offset 0 is never shorter than one byte",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
