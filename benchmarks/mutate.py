@@ -465,6 +465,16 @@ EQUIVALENT = {
         "a guard: nothing beats a released lock (the closer lets it go after the scheduler thread has ended)",
     "scanner:_DirectoryLock.beat:number:os.ftruncate(self._fd, 0) => 0->1":
         "the content then written from offset 0 is never shorter than one byte",
+    "scanner:_Scanner.__init__:bool:self._dir_racy = False => False->True":
+        "the first look is a start-up's, which lists whatever _dir_racy says, and sets it",
+    "scanner:_Scanner.__init__:number:self._sweep_at = 0 => 0->1":
+        "where the round robin starts: every name is still visited once a pass",
+    "scanner:_Scanner.__init__:number:self._sweep_at = 0 => 0->-1":
+        "where the round robin starts: every name is still visited once a pass",
+    "scanner:_Scanner.__init__:number:self._stat_cost = 5e-06 => 5e-06->1e-05":
+        "the first guess of a stat's cost, soon replaced by the measured one: the sweep's pace only",
+    "scanner:_Scanner.__init__:number:self._stat_cost = 5e-06 => 5e-06->0.0":
+        "the first guess of a stat's cost, soon replaced by the measured one: the sweep's pace only",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
