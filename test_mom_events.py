@@ -5632,6 +5632,22 @@ class DirectoryLockTest(unittest.TestCase):
                     mom_events._DirectoryLock(str(other))
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
 
+    def test_a_directory_made_anew_again_and_again_leaves_no_descriptor_and_release_is_once(self):
+        scanner = mom_events._Scanner(str(self.dir), 0.2)
+        scanner.lock()
+        scanner.scan(startup=True)
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(5):
+            subprocess.run(["rm", "-rf", str(self.dir)], check=True)
+            self.dir.mkdir()
+            with self.assertLogs("mom_events", "INFO"):
+                scanner.scan()  # made anew: its lock and its descriptor are taken
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+        scanner.release()
+        with open(self.dir / "other", "w") as other:  # may get a descriptor number the scanner had
+            scanner.release()  # a second release closes nothing of anyone's
+            other.write("still open")
+
     def test_what_follows_a_pid_is_kept_only_when_it_is_a_trace(self):
         self.path.write_text("123\nsomething else\n")
         lock = self.lock()

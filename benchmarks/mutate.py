@@ -475,6 +475,16 @@ EQUIVALENT = {
         "the first guess of a stat's cost, soon replaced by the measured one: the sweep's pace only",
     "scanner:_Scanner.__init__:number:self._stat_cost = 5e-06 => 5e-06->0.0":
         "the first guess of a stat's cost, soon replaced by the measured one: the sweep's pace only",
+    "scanner:_Scanner.note_read:delete:if name not in self._snapshot: return => pass":
+        "a name gone or forgotten then holds the signature of what the harness read; a later change still "
+        "changes its stat",
+    "scanner:_Scanner.note_read:delete:return => pass":
+        "the same",
+    "scanner:_Scanner.scan:delete:self._listing.pop(name, None) => pass":
+        "a margin: the sweep then finds the forgotten name (no snapshot entry) within its period, instead of "
+        "the next listing",
+    "scanner:_Scanner.scan:delete:self._fresh.pop(name, None) => pass":
+        "the next recheck finds the name gone from the snapshot and drops it: a tick later, the same",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
