@@ -2889,7 +2889,7 @@ class CheckLineTest(unittest.TestCase):
         self.assertIn("runs at once, late by", line)
 
     def test_an_intervals_next_runs_keep_the_phase_of_its_mtime(self):
-        now = time.time()
+        now = float(int(time.time()))  # whole seconds: the line shows whole seconds
         path = self.dir / "build.json"
         path.write_text(json.dumps({"type": "periodic", "channelId": "C", "text": "x", "every": "1h"}))
         os.utime(path, (now - 5400, now - 5400))  # written an hour and a half ago (the ctime is now)
