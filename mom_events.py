@@ -1936,26 +1936,30 @@ class _Channels:
         self._workers += 1
         self._starting += 1
 
-    def _wait_to_start(self) -> None:
+    def _wait_to_start(self) -> bool:
         """A new worker, while every other one is busy: wait until each has
         run its callback _SPAWN_AFTER, in case one is quick and takes the work
         itself.  Waits without the scheduler (its naps are long), and on the
-        pool's condition, so that close() ends the wait at once."""
+        pool's condition, so that close() ends the wait at once.  False: the
+        work was taken meanwhile, and this worker is not needed."""
+        waited = False
         while self._ready and not self._idle and not self._closed and self._busy_since:
             delay = max(self._busy_since.values()) + _SPAWN_AFTER - time.monotonic()
             if delay <= 0:
-                return
+                return True
+            waited = True
             self._work.wait(delay)
+        return not waited or bool(self._ready)
 
     def _work_loop(self) -> None:
         """A pool worker: take the next ready channel, run its next job, put
         the channel back if more wait; go when nothing was ready for _LINGER."""
         with self._lock:
-            self._wait_to_start()
+            needed = self._wait_to_start()
             self._starting -= 1
             try:
                 me = threading.get_ident()
-                while self._wait_for_work():
+                while needed and self._wait_for_work():
                     channel = self._ready.popleft()
                     channel.ready = False
                     if not channel.waiting:
