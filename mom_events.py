@@ -2315,9 +2315,11 @@ class _Files:
             self._retry_later(f, now, exc, data)
             return
         f.event, f.attempts = event, 0
-        if ignored and frozenset(ignored) != f.ignored:  # said once per file, until the set changes
-            log.info("%s: %s", f.name, _unknown_fields(ignored))
-            f.ignored = frozenset(ignored)
+        seen = frozenset(ignored)  # frozenset() is one shared object: a file with none costs nothing
+        if seen != f.ignored:  # said once per file, until the set changes
+            if seen:
+                log.info("%s: %s", f.name, _unknown_fields(ignored))
+            f.ignored = seen
         self._plan(f, event, now, data)
 
     def _retry_later(self, f: _File, now: float, exc: EventError, data: bytes) -> None:

@@ -1148,6 +1148,13 @@ class LanguageTest(unittest.TestCase):
             h.tick(h.now + 0.3)
         self.assertEqual([line for line in logs.output if "unknown" in line],
                          ['INFO:mom_events:a.json: unknown field "untl" is ignored'])
+        h.write("a.json", periodic(text="fixed"))
+        h.tick(h.now + 0.3)
+        with self.assertLogs("mom_events", "INFO") as logs:  # the set changed (to none), so it is said again
+            h.write("a.json", {**periodic(text="typo again"), "untl": "soon"})
+            h.tick(h.now + 0.3)
+        self.assertEqual([line for line in logs.output if "unknown" in line],
+                         ['INFO:mom_events:a.json: unknown field "untl" is ignored'])
 
 
 class FuzzTest(unittest.TestCase):
