@@ -111,12 +111,14 @@ class Harness:
         self.w._startup(self.now, None)  # what start() does before the scheduler thread, with no trace
         self.run_workers()
 
-    def tick(self, now=None):
-        """One step of the scheduler at ``now``, as the thread takes it."""
+    def tick(self, now=None, workers=True):
+        """One step of the scheduler at ``now``, as the thread takes it;
+        then the workers run (``workers=False``: their runs go on)."""
         if now is not None:
             self.now = now
         self.w._tick(self.now)
-        self.run_workers()
+        if workers:
+            self.run_workers()
 
     def step(self, now):
         """A step at ``now`` between polls: what is due fires (or is read
@@ -1360,12 +1362,26 @@ class ScannerPartTest(unittest.TestCase):
 
     def test_a_forgotten_name_is_new_again_even_with_the_same_stat(self):
         d = temp_dir(self, "mom_events_scan_")
-        scanner = mom_events._Scanner(str(d), 0.2)
+        scanner = mom_events._Scanner(str(d), 0.01)  # the sweep comes only every 20th scan
         (d / "a.json").write_text("{}")
+        os.utime(d, (1000, 1000))  # the directory's mtime is old enough to trust
         scanner.scan(startup=True)
         self.assertIsNone(scanner.scan())
         scanner.forget("a.json")  # as a worker does after deleting it
-        self.assertEqual([name for name, _ in scanner.scan().changed], ["a.json"])
+        self.assertEqual([name for name, _ in scanner.scan().changed], ["a.json"])  # at once, not at the sweep
+
+    def test_an_idle_scan_lists_nothing(self):
+        """One stat of the directory tells that no name came or went."""
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), 0.01)
+        (d / "a.json").write_text("{}")
+        os.utime(d, (1000, 1000))
+        scanner.scan(startup=True)
+        with mock.patch.object(mom_events, "_list", side_effect=AssertionError("listed")):
+            for _ in range(10):
+                self.assertIsNone(scanner.scan())
+        (d / "b.json").write_text("{}")
+        self.assertEqual([name for name, _ in scanner.scan().changed], ["b.json"])
 
     def test_content_read_too_soon_is_compared_again(self):
         d = temp_dir(self, "mom_events_scan_")
@@ -5373,7 +5389,7 @@ class RealSchedulerTest(unittest.TestCase):
         for i in range(7):
             h.write(f"e{i}.json", immediate(text=f"e{i}"))
         with self.assertLogs("mom_events", "WARNING") as logs:
-            h.w._tick(h.now + 0.1)  # the workers are held: nothing runs, all wait
+            h.tick(h.now + 0.1, workers=False)  # the workers are held: nothing runs, all wait
         self.assertEqual(h.w._channels.waiting("C1"), 5)
         self.assertEqual(len([line for line in logs.output if "already has 5 events waiting" in line]), 2)
 
@@ -5509,6 +5525,25 @@ class MidWriteTest(unittest.TestCase):
         with open(h.dir / "w.json", "a") as file:
             file.write(whole[20:])
         h.step(h.now + 0.1)  # the retry reads it whole
+        h.run_workers()
+        self.settle(h)
+        self.assertEqual(h.texts(), ["written in two parts"])
+        self.assertFalse(h.exists("w.json"))
+
+    def test_a_file_settled_by_its_retry_is_not_read_again(self):
+        h = Harness(self)
+        h.start()
+        whole = json.dumps(immediate(text="written in two parts"))
+        h.write("w.json", whole[:20])  # read at once: too soon after its mtime to trust
+        h.tick(h.now + 0.1)
+        with open(h.dir / "w.json", "a") as file:
+            file.write(whole[20:])
+        past = time.time() - 10
+        os.utime(h.dir / "w.json", (past, past))  # the retry finds it settled
+        h.step(h.now + 0.1)
+        with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
+            for _ in range(3):
+                h.tick(h.now + 0.2, workers=False)  # polls while its run goes on: nothing is read again
         h.run_workers()
         self.settle(h)
         self.assertEqual(h.texts(), ["written in two parts"])
@@ -6546,18 +6581,23 @@ class FaultTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["back"])
 
     def test_directory_replaced_by_a_file(self):
-        h = Harness(self)
+        h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
+        h.w._scanner.lock()  # as start() takes it: a new inode at the path is not locked as a directory
+        self.addCleanup(h.w._scanner.release)
+        h.write("p.json", periodic("* * * * *"))
         h.start()
         subprocess.run(["rm", "-rf", str(h.dir)], check=True)
         h.dir.write_text("not a directory")
         with self.assertLogs("mom_events", "WARNING") as logs:
             for _ in range(5):
                 h.tick(h.now + 0.1)
+            h.advance(120)  # its periodic event went with it
             h.dir.unlink()
             h.dir.mkdir()
             h.write("hello.json", immediate(text="back"))
             h.tick(h.now + 0.1)
         self.assertEqual(len([line for line in logs.output if "is not a directory" in line]), 1)
+        self.assertNotIn("cannot be locked", "\n".join(logs.output))
         self.assertEqual(h.texts(), ["back"])
 
     def test_unreadable_directory_forgets_nothing(self):
