@@ -660,6 +660,28 @@ def _slot(base: Path, number: int) -> Path:
     return slot
 
 
+_JAIL: list[str] | None = None
+
+
+def _jail() -> list[str]:
+    """A PID namespace of its own for each mutant's tests, where the machine
+    allows one: a mutant of the code that ends ``--exec`` runs can signal
+    processes it should not (a flipped session test in ``_run_members``
+    killed every process of the machine's user, this script included)."""
+    global _JAIL
+    if _JAIL is None:
+        _JAIL = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+        try:
+            works = subprocess.run([*_JAIL, "true"], stderr=subprocess.DEVNULL).returncode == 0
+        except OSError:
+            works = False
+        if not works:
+            print("no PID namespace here (unshare failed): mutants of the run-stopping code may kill other "
+                  "processes; run this in a container", file=sys.stderr)
+            _JAIL = []
+    return _JAIL
+
+
 RUNNING: dict[Path, subprocess.Popen] = {}  # slot -> its test process, killed if this run is
 
 
@@ -688,7 +710,7 @@ def run_tests(slot: Path, source: str, tests: list[str], limits: dict[str, float
     start = time.monotonic()
     read, write = os.pipe()
     proc = RUNNING[slot] = subprocess.Popen(
-        [sys.executable, "_mutant_runner.py", *tests], cwd=slot, stdout=subprocess.DEVNULL,
+        [*_jail(), sys.executable, "_mutant_runner.py", *tests], cwd=slot, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, pass_fds=(write,), start_new_session=True,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MOM_MUTATE_PROGRESS": str(write)})
     os.close(write)
