@@ -6,6 +6,7 @@ import ast
 import asyncio
 import contextlib
 import functools
+import gc
 import heapq
 import inspect
 import io
@@ -27,6 +28,7 @@ import textwrap
 import threading
 import time
 import unittest
+import warnings
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from pathlib import Path
 from unittest import mock
@@ -2668,6 +2670,11 @@ class Cli:
         self.proc.send_signal(signum)
 
 
+def kill_group(pgid):
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -2795,7 +2802,12 @@ if what == "stubborn":  # outlives its shell's SIGTERM, as a command under dash 
         file.write(f"{os.getpid()}\\n")
     time.sleep(60)
 else:  # "check OUT": which processes of the runs before this one still live
-    def alive(pid):
+    def kill_group(pgid):
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def alive(pid):
         try:
             with open(f"/proc/{pid}/stat") as file:
                 return file.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -2821,10 +2833,57 @@ class CommandPartsTest(unittest.TestCase):
         self.assertEqual(mom_events._command_bytes("a\udc80\udcff\ud800\udfff"), b"a\x80\xff\\ud800\\udfff")
 
     def test_a_cut_value_ends_on_a_whole_character(self):
-        for text in ("é" * 40000, "x" + "é" * 40000, "€" * 30000, "x€" * 30000):
+        for text in ("é" * 40000, "x" + "é" * 40000, "€" * 30000, "x€" * 30000,
+                     *(pad + "🙂" * 20000 for pad in ("", "x", "xx", "xxx"))):
             value = mom_events._env_value(text)
             head = value.split(b" [cut: ")[0]
             self.assertEqual(head.decode("utf-8"), text[:len(head.decode("utf-8"))])  # whole characters only
+            self.assertLessEqual(len(value), mom_events._ENV_LIMIT)
+            self.assertGreaterEqual(len(head), mom_events._ENV_LIMIT - (len(value) - len(head)) - 3)
+
+    def test_a_value_of_exactly_the_limit_is_whole_and_bytes_that_are_no_characters_cost_three_at_most(self):
+        limit = mom_events._ENV_LIMIT
+        self.assertEqual(mom_events._env_value("x" * limit), b"x" * limit)
+        self.assertIn(b" [cut: ", mom_events._env_value("x" * (limit + 1)))
+        raw = mom_events._env_value("\udc80" * (limit + 1))  # undecodable bytes: a run of UTF-8 continuations
+        head, marker = raw.split(b" [cut: ")
+        self.assertEqual(len(head), limit - len(b" [cut: " + marker) - 3)  # a character's tail: 3 bytes at most
+
+    def test_without_proc_a_run_is_its_first_group(self):
+        real = os.listdir
+
+        def no_proc(path="."):
+            if str(path) == "/proc":
+                raise PermissionError(13, "Permission denied")
+            return real(path)
+        shell = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE,
+                                 start_new_session=True)
+        self.addCleanup(lambda: (shell.stdout.close(), shell.wait()))
+        self.addCleanup(kill_group, shell.pid)
+        child = int(shell.stdout.readline())
+        with mock.patch.object(mom_events.os, "listdir", no_proc):
+            self.assertEqual(mom_events._run_members(shell.pid), [shell.pid])
+            self.assertFalse(wait_for(lambda: not (alive(shell.pid) and alive(child)), 0.3))  # asking is not signalling
+            mom_events._signal_run(shell, signal.SIGTERM)
+            self.assertTrue(wait_for(lambda: not alive(child), 5), "the shell's child was spared")
+            gone = subprocess.Popen(["true"], start_new_session=True)
+            gone.wait()
+            self.assertEqual(mom_events._run_members(gone.pid), [])
+            with mock.patch.object(mom_events.os, "killpg", side_effect=PermissionError(1, "not permitted")):
+                self.assertEqual(mom_events._run_members(gone.pid), [gone.pid])  # cannot tell: assumed alive
+
+    def test_a_process_gone_between_the_listing_and_the_read_of_its_stat_is_skipped(self):
+        live = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        self.addCleanup(live.wait)
+        self.addCleanup(live.kill)
+        mine = f"/proc/{live.pid}/stat"
+
+        def vanishing(path, *args, **kwargs):
+            if str(path).startswith("/proc/") and path != mine:
+                raise FileNotFoundError(2, "No such file or directory", path)
+            return open(path, *args, **kwargs)
+        with mock.patch.object(mom_events, "open", vanishing, create=True):
+            self.assertEqual(mom_events._run_members(live.pid), [live.pid])
 
     def test_a_process_whose_name_has_a_parenthesis_is_still_a_member_of_its_run(self):
         odd = temp_dir(self, "mom_events_comm_") / "sl) eep"
@@ -2844,6 +2903,59 @@ class CommandPartsTest(unittest.TestCase):
     def test_exit_status_1_is_a_failure(self):
         with self.assertRaisesRegex(mom_events._CommandFailed, "^exit status 1$"):
             mom_events._Commands("exit 1", None)(self.event())
+
+    def test_signal_1_is_a_failure(self):
+        with self.assertRaisesRegex(mom_events._CommandFailed, "^killed by signal SIGHUP$"):
+            mom_events._Commands("kill -HUP $$", None)(self.event())
+
+    def test_a_command_that_cannot_be_started_is_a_failure_that_says_why(self):
+        with mock.patch("subprocess.Popen", side_effect=OSError(7, "Argument list too long")), \
+                self.assertRaisesRegex(mom_events._CommandFailed,
+                                       r"^cannot start the command: \[Errno 7\] Argument list too long$"):
+            mom_events._Commands("true", None)(self.event())
+
+    def test_a_last_line_without_a_newline_is_logged_and_no_pipe_is_left_unclosed(self):
+        with warnings.catch_warnings(record=True) as caught, self.assertLogs("mom_events", "INFO") as logs:
+            warnings.simplefilter("always", ResourceWarning)
+            mom_events._Commands("printf 'first\\nlast'; printf 'oops' >&2", None)(self.event())
+            gc.collect()
+        self.assertEqual(logs.output, ["INFO:mom_events:e.json: first", "INFO:mom_events:e.json: last",
+                                       "WARNING:mom_events:e.json: oops"])
+        self.assertEqual([w for w in caught if issubclass(w.category, ResourceWarning)], [])
+
+    def test_a_command_that_does_not_read_a_long_message_still_times_out(self):
+        event = Event("long.json", "immediate", "C", "x" * 500_000)  # far more than a pipe holds
+        with self.assertRaisesRegex(mom_events._CommandFailed, r"^timed out after 0\.3 s$"):
+            mom_events._Commands("sleep 5", 0.3)(event)  # the supervisor never blocks on the pipe
+
+    def test_a_finished_run_is_not_signalled_at_the_end(self):
+        commands = mom_events._Commands("true", None)
+        commands(self.event())
+        with mock.patch.object(mom_events, "_signal_run") as signal_run:
+            commands.kill_all()  # its pid may belong to another process by now
+        signal_run.assert_not_called()
+
+    def test_kill_all_waits_for_a_command_being_started(self):
+        real = subprocess.Popen
+
+        def slow_start(*args, **kwargs):
+            time.sleep(0.3)
+            return real(*args, **kwargs)
+        commands = mom_events._Commands("sleep 30", None)
+        outcome = []
+
+        def run():
+            try:
+                commands(self.event())
+            except Exception as exc:
+                outcome.append(str(exc))
+        with mock.patch("subprocess.Popen", slow_start):
+            runner = threading.Thread(target=run, daemon=True)
+            runner.start()
+            time.sleep(0.1)  # the command is being started
+            commands.kill_all()
+        runner.join(10)
+        self.assertEqual(outcome, ["killed by signal SIGKILL"])
 
     def test_after_stop_or_kill_no_command_starts(self):
         for end in ("stop_all", "kill_all"):

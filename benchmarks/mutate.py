@@ -397,6 +397,8 @@ EQUIVALENT = {
         _SWEEP_SHORTCUT,
     "scanner:_Scanner._sweep:number:0.3 * (time.perf_counter() - started) => 0.3->0.6":
         "the weight of the latest batch in the stat cost's average: the sweep's pace only",
+    "scanner:_Scanner._sweep:delete:if name in seen: continue => pass":
+        "a name the listing has just looked at is statted again: the same entry (or a newer one) for a stat",
     "scanner:_Scanner._changes:delete:self._fresh.pop(name, None) => pass":
         "the next recheck finds the name gone from the snapshot and drops it: a tick later, the same",
     "scanner:_Scanner._recheck:delete:del self._fresh[name] => pass":
@@ -480,9 +482,6 @@ EQUIVALENT = {
         "changes its stat",
     "scanner:_Scanner.note_read:delete:return => pass":
         "the same",
-    "scanner:_Scanner.scan:delete:self._listing.pop(name, None) => pass":
-        "a margin: the sweep then finds the forgotten name (no snapshot entry) within its period, instead of "
-        "the next listing",
     "scanner:_Scanner.scan:delete:self._fresh.pop(name, None) => pass":
         "the next recheck finds the name gone from the snapshot and drops it: a tick later, the same",
     "cron:_CronTimes.get_next:delete:... => pass":
