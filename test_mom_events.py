@@ -1372,6 +1372,46 @@ class ScannerPartTest(unittest.TestCase):
         scanner.forget("a.json")  # as a worker does after deleting it
         self.assertEqual([name for name, _ in scanner.scan().changed], ["a.json"])  # at once, not at the sweep
 
+    def test_a_name_whose_stat_found_it_gone_is_found_by_the_sweep(self):
+        """Removed between the listing and its stat, and back with the same
+        inode number (numbers are reused at once): the listings see no new
+        name, the sweep does."""
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), mom_events._SWEEP_EVERY)  # a sweep every scan
+        (d / "a.json").write_text("{}")
+        real = mom_events._stat_entry
+        with mock.patch.object(mom_events, "_stat_entry", lambda path: None if path.endswith("a.json") else real(path)):
+            self.assertEqual(scanner.scan(startup=True).changed, [])
+        self.assertEqual([name for name, _ in scanner.scan().changed], ["a.json"])
+
+    def test_the_sweep_goes_round_all_the_files_a_batch_at_a_time(self):
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), mom_events._SWEEP_EVERY)
+        names = [f"{i}.json" for i in range(6)]
+        for name in names:
+            (d / name).write_text("{}")
+        os.utime(d, (1000, 1000))
+        scanner.scan(startup=True)
+        for name in reversed(names):  # each rewritten in place, found within one round of three batches
+            with self.subTest(name=name), \
+                    mock.patch.object(mom_events, "_sweep_batch", lambda known, cost, interval: 2):
+                (d / name).write_text('{"type": "immediate"}' + name)
+                found = [scanner.scan() for _ in range(3)]
+                self.assertEqual([n for changes in found if changes for n, _ in changes.changed], [name])
+
+    def test_the_sweep_still_finds_rewrites_after_hours(self):
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), mom_events._SWEEP_EVERY)
+        for name in ("a.json", "b.json", "c.json"):
+            (d / name).write_text("{}")
+        os.utime(d, (1000, 1000))
+        scanner.scan(startup=True)
+        for _ in range(3000):  # 10 minutes of sweeps
+            self.assertIsNone(scanner.scan())
+        (d / "b.json").write_text('{"type": "immediate"}')  # in place: only the sweep sees it
+        found = [scanner.scan() for _ in range(3)]
+        self.assertIn("b.json", [name for changes in found if changes for name, _ in changes.changed])
+
     def test_an_idle_scan_lists_nothing(self):
         """One stat of the directory tells that no name came or went."""
         d = temp_dir(self, "mom_events_scan_")

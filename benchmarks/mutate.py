@@ -105,6 +105,8 @@ _BACK_SEARCH = ("the back-search only saves time: without it (or with another st
                 "the 100th occurrence finds the same latest one")
 _SWEEP_SHORTCUT = ("the sweep's shortcut: without it the name gets the full stat and comparison, with the "
                    "same entry (a stat a moment later at worst)")
+_SWEEP_PACE = ("the sweep's pace only: it then stats its batch on other ticks, finding rewrites as soon or "
+               "sooner at more cost (the idle benchmark measures the cost)")
 _LOCK_READ = ("the lock file holds a PID line and at most two short lines: reading 255 or 257 bytes, or "
               "from its second byte, finds the same lines after the PID")
 EQUIVALENT = {
@@ -397,6 +399,33 @@ EQUIVALENT = {
         _SWEEP_SHORTCUT,
     "scanner:_Scanner._sweep:number:0.3 * (time.perf_counter() - started) => 0.3->0.6":
         "the weight of the latest batch in the stat cost's average: the sweep's pace only",
+    "scanner:_Scanner._look:negate:if self._dir_fd_id != dir_id: self._open_dir() => not":
+        "the same: the descriptor is then never opened, and the sweep stats by path",
+    "scanner:_Scanner._look:delete:self._open_dir() => pass":
+        "the same: the descriptor is then never opened, and the sweep stats by path",
+    "scanner:_Scanner._sweep:delete:return => pass":
+        _SWEEP_PACE,
+    "scanner:_Scanner._sweep:delete:self._ticks += 1 => pass":
+        _SWEEP_PACE,
+    "scanner:_Scanner._sweep:number:self._ticks += 1 => 1->2":
+        _SWEEP_PACE,
+    "scanner:_Scanner._sweep:number:self._ticks += 1 => 1->0":
+        _SWEEP_PACE,
+    "scanner:_Scanner._sweep:delete:self._stat_cost = 0.7 * self._stat_cost + 0.3 *... => pass":
+        "the stat cost's average: the sweep's pace only",
+    "scanner:_Scanner._sweep:number:0.7 * self._stat_cost => 0.7->0.0":
+        "the stat cost's average: the sweep's pace only (a cost of 0 sweeps every file each time)",
+    "scanner:_Scanner._sweep:number:0.3 * (time.perf_counter() - started) => 0.3->0.0":
+        "the stat cost's average: the sweep's pace only",
+    "scanner:_Scanner._sweep:delete:if old is not None and old.sig is not None: try... => pass":
+        _SWEEP_SHORTCUT,
+    "scanner:_Scanner._sweep:number:old.sig[4] => 4->3":
+        "the shortcut then compares the new ctime with the old mtime: equal when the file was last written "
+        "(ctime = mtime), else the full stat runs; a rewrite changes the ctime past both",
+    "scanner:_Scanner._sweep:number:old.sig[2] => 2->3":
+        _SWEEP_SHORTCUT,
+    "scanner:_Scanner._sweep:number:old.sig[2] => 2->1":
+        _SWEEP_SHORTCUT,
     "scanner:_Scanner._sweep:delete:if name in seen: continue => pass":
         "a name the listing has just looked at is statted again: the same entry (or a newer one) for a stat",
     "scanner:_Scanner._changes:delete:self._fresh.pop(name, None) => pass":
@@ -405,9 +434,12 @@ EQUIVALENT = {
         "a guard: _changes drops a name from _fresh whenever it leaves the snapshot or turns non-regular",
     "scanner:_Scanner._relock:return:return True => None":
         "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
-    "cli:_Commands._supervise:delete:pipe.close() => pass":
-        "CPython closes the pipes' file objects as the Popen goes at the end of the run (refcounting); "
-        "CommandPartsTest counts the descriptors",
+    "cli:_Commands._supervise:boolop:stdin is None or stdout is None or stderr is None => Or->And":
+        "a guard for the type checker: __call__ always makes the three pipes",
+    "cli:_Commands.kill_all:number:timeout=1.0 => 1.0->2.0":
+        "a margin: how long a signal handler waits for a command being started (a Popen takes milliseconds)",
+    "cli:_one_line:delete:return text => pass":
+        "the shortcut's return: the character-by-character join gives a printable text back unchanged",
     "cli:_Commands._supervise:delete:if not exited: try: proc.wait(0.1) except subpr... => pass":
         "cost only: the loop then spins instead of waiting a tenth of a second for the command's end",
     "cli:_Commands._supervise:compare:now >= exited_at + _LEFTOVER_GRACE => GtE->Gt":
