@@ -1437,6 +1437,35 @@ class ScannerPartTest(unittest.TestCase):
         changes = scanner.scan()
         self.assertIn("a.json", [name for name, _ in changes.changed])
 
+    def test_content_read_too_soon_is_compared_until_it_is_old_enough_and_then_left_alone(self):
+        """git's racy rule, where only a read can tell: the stat is not looked
+        at again (no listing, no sweep in these scans)."""
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), 0.01)  # the sweep comes only every 20th scan
+        path = d / "a.json"
+        path.write_text("AAAA")
+        second = (time.time_ns() // 10**9 + 30) * 10**9
+        os.utime(path, ns=(second, second))  # a whole second (coarse: trusted 2 s after it), and ahead
+        os.utime(d, (1000, 1000))
+        (_, sig), = scanner.scan(startup=True).changed
+        scanner.note_read("a.json", mom_events._digest(b"AAAA"), time.time_ns(), sig)
+        self.assertEqual(scanner.scan().changed, [])  # the same content, still too recent: compared again
+        path.write_text("BBBB")
+        os.utime(path, ns=(second, second))
+        with self.assertLogs("mom_events", "DEBUG") as logs:
+            self.assertEqual([name for name, _ in scanner.scan().changed], ["a.json"])
+        self.assertEqual(logs.output, ["DEBUG:mom_events:a.json: content changed under an unchanged stat"])
+        self.assertIsNone(scanner.scan())  # said once, even if the reader never reads it
+        scanner.note_read("a.json", mom_events._digest(b"BBBB"), time.time_ns(), sig)
+        with mock.patch.object(mom_events, "_read_file", side_effect=FileNotFoundError(2, "gone")):
+            self.assertEqual(scanner.scan().changed, [])  # cannot be read now: the next scan says what it is
+        written = time.time_ns() - 1_500_000_001  # a fine timestamp, 1.5 s ago: trusted after 50 ms
+        scanner.note_read("a.json", mom_events._digest(b"BBBB"), written + 10**7, (*sig[:3], written, written))
+        self.assertEqual(scanner.scan().changed, [])  # compared once more: the same, and old enough now
+        with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
+            for _ in range(5):
+                self.assertIsNone(scanner.scan())
+
 
 class ChannelsPartTest(unittest.TestCase):
     """The channels alone, run by hand, against a plain model of the queues."""

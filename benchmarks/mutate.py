@@ -107,6 +107,8 @@ _SWEEP_SHORTCUT = ("the sweep's shortcut: without it the name gets the full stat
                    "same entry (a stat a moment later at worst)")
 _SWEEP_PACE = ("the sweep's pace only: it then stats its batch on other ticks, finding rewrites as soon or "
                "sooner at more cost (the idle benchmark measures the cost)")
+_FRESH_GUARD = ("a guard: _changes and forget drop a name from _fresh whenever it leaves the snapshot or turns "
+                "non-regular, so the recheck never finds one")
 _LOCK_READ = ("the lock file holds a PID line and at most two short lines: reading 255 or 257 bytes, or "
               "from its second byte, finds the same lines after the PID")
 EQUIVALENT = {
@@ -431,7 +433,11 @@ EQUIVALENT = {
     "scanner:_Scanner._changes:delete:self._fresh.pop(name, None) => pass":
         "the next recheck finds the name gone from the snapshot and drops it: a tick later, the same",
     "scanner:_Scanner._recheck:delete:del self._fresh[name] => pass":
-        "a guard: _changes drops a name from _fresh whenever it leaves the snapshot or turns non-regular",
+        _FRESH_GUARD,
+    "scanner:_Scanner._recheck:delete:if entry is None or entry.sig is None: del self... => pass":
+        _FRESH_GUARD,
+    "scanner:_Scanner._recheck:delete:continue => pass":
+        _FRESH_GUARD,
     "scanner:_Scanner._relock:return:return True => None":
         "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
     "cli:_Commands._supervise:boolop:stdin is None or stdout is None or stderr is None => Or->And":
