@@ -452,6 +452,8 @@ EQUIVALENT = {
         "differs only when the monotonic clock reads exactly the grace's end",
     "cli:_Commands._supervise:compare:now >= deadline => GtE->Gt":
         "differs only when the monotonic clock reads exactly the deadline",
+    "cli:_Commands._supervise:compare:now >= kill_at => GtE->Gt":
+        "differs only when the monotonic clock reads exactly the time for SIGKILL",
     "cli:_Commands._supervise:number:selector.select(0.1) => 0.1->0.0":
         "cost only: the loop then polls the pipes without waiting",
     "cli:_Commands._relay:delete:return => pass":
