@@ -994,6 +994,15 @@ class LanguageTest(unittest.TestCase):
         event, ignored = mom_events._parse(json.dumps({**periodic(), "untl": "x", "botNote": 1}), "x.json")
         self.assertEqual(ignored, ["untl", "botNote"])
         self.assertEqual(mom_events._unknown_fields(["untl"]), 'unknown field "untl" is ignored')
+        self.assertEqual(mom_events._unknown_fields(["a", "b"]), 'unknown fields "a", "b" are ignored')
+        five = [f"k{i}" for i in range(5)]
+        self.assertEqual(mom_events._unknown_fields(five), 'unknown fields "k0", "k1", "k2", "k3", "k4" are ignored')
+        self.assertEqual(mom_events._unknown_fields([*five, "k5"]),
+                         'unknown fields "k0", "k1", "k2", "k3", "k4" and 1 more are ignored')
+        self.assertEqual(mom_events._unknown_fields([*five, "k5", "k6"]),
+                         'unknown fields "k0", "k1", "k2", "k3", "k4" and 2 more are ignored')
+        self.assertEqual(mom_events._unknown_fields(["x" * 40, "y" * 41]),
+                         f'unknown fields "{"x" * 40}", "{"y" * 40}…" are ignored')
 
     def test_a_one_shot_in_wall_time(self):
         def at(text, zone="Europe/Vienna"):
@@ -1033,6 +1042,9 @@ class LanguageTest(unittest.TestCase):
         self.assertTrue(lines["every.json"][1].endswith("next " + ", ".join(
             datetime.fromtimestamp(now + k * 5400).astimezone().isoformat(timespec="seconds")
             for k in (1, 2)) + " (the last)"), lines["every.json"])
+        (d / "once.json").write_text(json.dumps({**files["every.json"], "until": "2027-03-01T01:30:00Z"}))
+        self.assertTrue(mom_events._check_line(str(d / "once.json"), "once.json", now)[1].endswith(
+            datetime.fromtimestamp(now + 5400).astimezone().isoformat(timespec="seconds") + " (its last)"))
 
     def test_an_interval_keeps_its_phase_across_a_restart_and_a_rewrite_starts_anew(self):
         h = Harness(self)
@@ -2997,6 +3009,70 @@ class CommandPartsTest(unittest.TestCase):
         with self.assertRaisesRegex(mom_events._CommandFailed, r"^timed out after 0\.3 s$"):
             mom_events._Commands("sleep 5", 0.3)(event)  # the supervisor never blocks on the pipe
 
+    def test_a_line_longer_than_the_limit_is_logged_in_pieces_and_no_byte_is_lost(self):
+        limit = mom_events._LINE_LIMIT
+        with self.assertLogs("mom_events", "INFO") as logs:
+            command = f"head -c {2 * limit + 10} /dev/zero | tr '\\0' x; echo; echo next"
+            mom_events._Commands(command, None)(self.event())
+        pieces = [record.getMessage().removeprefix("e.json: ") for record in logs.records]
+        self.assertEqual([len(piece) for piece in pieces], [limit, limit, 10, 4])
+        self.assertEqual(pieces[-1], "next")
+
+    def counting(self, method):
+        """Count the calls of one of _Commands' static helpers."""
+        real = getattr(mom_events._Commands, method)
+        calls = []
+
+        def counted(*args):
+            calls.append(1)
+            return real(*args)
+        patch = mock.patch.object(mom_events._Commands, method, staticmethod(counted))
+        patch.start()
+        self.addCleanup(patch.stop)
+        return calls
+
+    def test_a_command_that_closes_its_input_is_not_written_to_again(self):
+        feeds = self.counting("_feed")
+        long = Event("long.json", "immediate", "C", "x" * 500_000)  # more than the pipe holds
+        mom_events._Commands("exec 0<&-; sleep 0.5", None)(long)
+        self.assertLessEqual(len(feeds), 5)  # not once a loop for half a second
+
+    def test_a_command_that_closes_its_output_is_not_read_again(self):
+        relays = self.counting("_relay")
+        mom_events._Commands("exec >&- 2>&-; sleep 0.5", None)(self.event())
+        self.assertLessEqual(len(relays), 2)  # each stream's end, once
+
+    def daemon(self, script):
+        """Start ``script`` in a session of its own from the command; killed at the end of the test."""
+        pid_file = temp_dir(self, "mom_events_daemon_") / "pid"
+        self.addCleanup(lambda: pid_file.exists() and kill_group(int(pid_file.read_text())))
+        return f"setsid sh -c '{script}' & echo $! > {pid_file}"
+
+    def test_what_a_daemon_of_the_command_writes_later_is_not_waited_for(self):
+        command = self.daemon("sleep 0.6; echo late; exec sleep 30") + "; echo early"
+        with self.assertLogs("mom_events", "INFO") as logs:
+            mom_events._Commands(command, None)(self.event())
+        self.assertEqual(logs.output, ["INFO:mom_events:e.json: early"])
+
+    def test_output_that_never_ends_is_given_up_on(self):
+        command = self.daemon("echo forever; exec sleep 30")
+        done = []
+        with mock.patch.object(mom_events._Commands, "_relay", staticmethod(lambda *args: None)):  # never drained
+            runner = threading.Thread(target=lambda: done.append(mom_events._Commands(command, None)(self.event())),
+                                      daemon=True)
+            runner.start()
+            runner.join(10)
+        self.assertEqual(done, [None])
+
+    def test_the_clis_error_report_is_one_line_for_a_command_a_traceback_for_the_rest(self):
+        event = self.event()
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            mom_events._report(event, mom_events._CommandFailed("exit status 3"))
+            mom_events._report(event, BrokenPipeError(32, "Broken pipe"))
+        self.assertEqual([record.getMessage() for record in logs.records],
+                         ["e.json: command failed: exit status 3", "e.json: handler failed: [Errno 32] Broken pipe"])
+        self.assertEqual([record.exc_info is not None for record in logs.records], [False, True])
+
     def test_a_finished_run_is_not_signalled_at_the_end(self):
         commands = mom_events._Commands("true", None)
         commands(self.event())
@@ -3082,6 +3158,40 @@ class CheckLineTest(unittest.TestCase):
         with mock.patch.object(mom_events, "_read_file", gone):
             self.assertEqual(mom_events._check_line(str(path), "a.json", time.time()),
                              (True, "a.json: gone while checking"))
+
+    def test_a_fifo_will_not_run(self):
+        os.mkfifo(self.dir / "f.json")
+        self.assertEqual(mom_events._check_line(str(self.dir / "f.json"), "f.json", time.time()),
+                         (False, "f.json: ignored: it is a FIFO, not a regular file"))
+
+    def check(self, path, history=None):
+        """--check on ``path``: its status, stdout lines and log lines."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), self.assertLogs("mom_events", "INFO") as logs:
+            status = mom_events._check(str(path), None if history is None else str(history))
+        return status, out.getvalue().splitlines(), [record.getMessage() for record in logs.records]
+
+    def test_the_summary_an_unexpected_error_and_what_cannot_be_read(self):
+        (self.dir / "good.json").write_text(json.dumps(immediate()))
+        (self.dir / "odd.json").write_text(json.dumps(immediate()))
+        real = mom_events._check_line
+
+        def odd(path, name, now):
+            if name == "odd.json":
+                raise ValueError("boom")
+            return real(path, name, now)
+        with mock.patch.object(mom_events, "_check_line", odd):
+            status, out, logs = self.check(self.dir, history=self.dir)  # a directory is no history
+        self.assertEqual(status, 1)
+        self.assertEqual(out, ["good.json: ok: immediate on channel C1, runs on arrival",
+                               "odd.json: unexpected error while checking it: ValueError: boom"])
+        self.assertEqual(logs, [f"cannot read the history {self.dir}: Is a directory",
+                                f"checked {self.dir}: 1 will run, 1 will not"])
+        missing = self.dir / "missing"
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            self.assertEqual(mom_events._check(str(missing)), 1)
+        self.assertEqual([record.getMessage() for record in logs.records],
+                         [f"cannot check {missing}: No such file or directory"])
 
     def test_a_one_shot_past_its_time_is_judged_by_its_mtime_not_its_ctime(self):
         now = time.time()
@@ -5843,6 +5953,23 @@ class DirectoryLockTest(unittest.TestCase):
         with self.assertLogs("mom_events", "INFO") as logs:
             h.tick(h.now + 1)
         self.assertIn("was made anew; took its lock", "\n".join(logs.output))
+
+    def test_what_a_directory_made_anew_holds_is_judged_as_written_while_no_harness_looked(self):
+        h = Harness(self, now=utc(2026, 3, 2, 9).timestamp())
+        h.w._scanner.lock()
+        self.addCleanup(h.w._scanner.release)
+        h.start()
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)  # replaced, by a restore say, while the
+        h.dir.mkdir()                                           # machine slept ten minutes
+        h.write("missed.json", one_shot(h.now + 300, text="missed"), mtime=h.now + 60)
+        h.write("old.json", immediate(text="old"), mtime=h.now + 120)
+        h.write("new.json", immediate(text="new"), mtime=h.now + 599)
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.tick(h.now + 600)
+        self.assertIn("was made anew; took its lock", "\n".join(logs.output))
+        self.assertEqual(sorted(e.type for _, e in h.fired), ["immediate", "missed"])  # the one-shot: a notice
+        self.assertEqual([e.text for _, e in h.fired if e.type == "immediate"], ["new"])
+        self.assertIn("old.json: immediate event written while no harness was running (stale)", "\n".join(logs.output))
 
     def test_a_lock_refused_or_failing_leaves_no_descriptor_and_a_new_one_is_0644(self):
         old = os.umask(0o022)

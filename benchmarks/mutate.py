@@ -438,6 +438,12 @@ EQUIVALENT = {
         _FRESH_GUARD,
     "scanner:_Scanner._recheck:delete:continue => pass":
         _FRESH_GUARD,
+    "scanner:_Scanner._relock:delete:return True => pass":
+        "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
+    "scanner:_Scanner._relock:bool:return True => True->False":
+        "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
+    "scanner:_Scanner._relock:return:return False => None":
+        "None is as false as False to its only caller",
     "scanner:_Scanner._relock:return:return True => None":
         "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
     "cli:_Commands._supervise:boolop:stdin is None or stdout is None or stderr is None => Or->And":
@@ -452,6 +458,25 @@ EQUIVALENT = {
         "differs only when the monotonic clock reads exactly the grace's end",
     "cli:_Commands._supervise:compare:now >= deadline => GtE->Gt":
         "differs only when the monotonic clock reads exactly the deadline",
+    "cli:_Commands._supervise:delete:proc.wait(0.1) => pass":
+        "cost only: the loop then spins instead of waiting a tenth of a second for the command's end",
+    "cli:_Commands._supervise:number:proc.wait(0.1) => 0.1->0.0":
+        "cost only: the loop then spins instead of waiting a tenth of a second for the command's end",
+    "cli:_Commands._supervise:number:proc.wait(0.1) => 0.1->0.2":
+        "the loop's pace: a deadline is then seen up to a fifth of a second late",
+    "cli:_Commands._supervise:number:time.sleep(0.1) => 0.1->0.0":
+        "cost only: the loop then spins instead of waiting a tenth of a second for the leftovers' end",
+    "cli:_Commands._drain:compare:time.monotonic() < give_up_at => Lt->LtE":
+        "differs only when the monotonic clock reads exactly the moment to give up",
+    "cli:_Commands._drain:number:selector.select(0) => 0->-1":
+        "the selectors module takes a negative timeout as 0: a poll",
+    "cli:_Commands._feed:delete:selector.unregister(pipe.fileno()) => pass":
+        "the pipe is closed just after: epoll drops a closed descriptor itself, so it is never reported, and "
+        "_drain's unregister of it ignores the error",
+    "cli:_check_line:delete:assert due is not None => pass":
+        "a guard for the type checker: the judge's schedule always has a time",
+    "cli:_check_line:delete:assert verdict.late is not None => pass":
+        "a guard for the type checker: the judge's late run always says by how much",
     "cli:_Commands._supervise:compare:now >= kill_at => GtE->Gt":
         "differs only when the monotonic clock reads exactly the time for SIGKILL",
     "cli:_Commands._supervise:number:selector.select(0.1) => 0.1->0.0":
