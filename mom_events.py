@@ -2342,7 +2342,9 @@ class _Files:
         if data is None:
             try:
                 data, f.sig = _read_file(os.path.join(self.directory, f.name))
-            except (OSError, _NotRegular):
+            except (OSError, _NotRegular) as exc:
+                log.error("%s: %s; it cannot be read now (%s): the next scan says what became of it",
+                          f.name, reason, exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
                 self._scanner.forget(f.name)  # whatever has the name now is read anew
                 return
             f.digest = _digest(data)

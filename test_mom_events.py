@@ -1914,6 +1914,8 @@ class RetryTest(unittest.TestCase):
         errors = [line for line in logs.output if line.startswith("ERROR")]
         self.assertEqual(errors, ["ERROR:mom_events:bad.json: \"at\" has no UTC offset: '2025-12-15T09:00:00' "
                                   "(add one, e.g. +01:00 or Z, or give \"timezone\"); renamed to bad.json.rejected"])
+        retries = [line.rsplit("; ", 1)[1] for line in logs.output if "; retrying in" in line]
+        self.assertEqual(retries, ["retrying in 100 ms", "retrying in 200 ms", "retrying in 400 ms"])
 
     def test_a_file_touched_between_scans_during_the_retries_starts_them_over(self):
         h = Harness(self)
@@ -2061,6 +2063,57 @@ class IsolationTest(unittest.TestCase):
                 self.assertEqual(errors, [f"ERROR:mom_events:b.json: {reason}; renamed to b.json.rejected"])
                 self.assertTrue(any(line.startswith("DEBUG") and "Traceback" in line and "injected" in line
                                     for line in logs.output))
+
+    def test_an_unexpected_error_while_forgetting_a_file_is_said_once_and_the_scan_goes_on(self):
+        h = Harness(self)
+        h.start()
+        h.write("a.json", one_shot(h.now + 3600))
+        h.tick(h.now + 0.1)
+        (h.dir / "a.json").unlink()
+        h.write("b.json", immediate(text="b"))
+        real = mom_events._Schedule.drop
+
+        def drop(schedule, name):
+            if name == "a.json":
+                raise RuntimeError("injected")
+            return real(schedule, name)
+        with mock.patch.object(mom_events._Schedule, "drop", drop), self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+        self.assertEqual(logs.output, ["ERROR:mom_events:a.json: unexpected error while handling it: "
+                                       "RuntimeError: injected"])
+        self.assertEqual(h.texts(), ["b"])
+
+    def test_a_file_given_up_on_while_firing_has_its_waiting_run_withdrawn(self):
+        """Rejected, or gone meanwhile, is its fate: an occurrence of it still
+        waiting in its channel's queue does not run after that."""
+        for gone in (False, True):
+            with self.subTest(gone=gone):
+                h = Harness(self, now=utc(2026, 1, 1, 9, 0, 30).timestamp())
+                h.write("p.json", periodic("* * * * *", channel="C1", text="tick"))
+                h.start()
+                h.write("a.json", immediate(channel="C1", text="long run"))
+                h.tick(h.now + 0.1, workers=False)  # a.json runs on C1 (its worker held)
+                h.step(utc(2026, 1, 1, 9, 1).timestamp())  # p.json's 09:01 waits behind it
+                if gone:
+                    (h.dir / "p.json").unlink()  # not yet seen by a scan
+                real = mom_events._next_fire_ts
+                late = utc(2026, 1, 1, 9, 1, 30).timestamp()
+                fail = lambda event, now, mtime: (_ for _ in ()).throw(OverflowError("injected")) \
+                    if event.filename == "p.json" and now >= late else real(event, now, mtime)
+                with mock.patch.object(mom_events, "_next_fire_ts", fail), \
+                        self.assertLogs("mom_events", "ERROR") as logs:
+                    h.now = utc(2026, 1, 1, 9, 2).timestamp()
+                    h.step(h.now)  # its 09:02 fails: it is given up on
+                    h.run_workers()  # before the next scan
+                    h.tick(h.now + 0.1)
+                self.assertEqual(logs.output[0], "ERROR:mom_events:p.json: unexpected error while handling it: "
+                                 "OverflowError: injected; " + ("it cannot be read now (No such file or directory): "
+                                                                "the next scan says what became of it" if gone else
+                                                                "renamed to p.json.rejected"))
+                told = [] if gone else [("rejected", "unexpected error while handling it: OverflowError: injected")]
+                self.assertEqual([(e.type, e.text.split(".")[0]) for _, e in h.fired],
+                                 [("immediate", "long run"), *told])
+                self.assertEqual(h.exists("p.json.rejected"), not gone)
 
     def test_an_unexpected_error_while_firing_one_file_leaves_the_other_due_ones_alone(self):
         h = Harness(self, now=utc(2026, 1, 1, 9, 0, 30).timestamp())
@@ -5673,6 +5726,19 @@ class RealSchedulerTest(unittest.TestCase):
         self.addCleanup(w.stop)
         with self.assertRaisesRegex(RuntimeError, "started only once"):
             w.start()
+
+    def test_a_burst_of_due_files_is_fired_in_one_step_without_pausing(self):
+        h = Harness(self, max_queued=1000)
+        h.start()
+        due = h.now + 60
+        for i in range(3 * mom_events._BATCH + 1):
+            h.write(f"o{i}.json", one_shot(due, channel=f"C{i}"), mtime=h.now)
+        h.tick(h.now + 0.1)
+        began = time.monotonic()
+        h.step(due)  # the GIL is offered between batches, no more: a pause would make each batch late
+        self.assertLess(time.monotonic() - began, 2.5)  # about 10 ms; 3 s with a second's pause a batch
+        h.run_workers()
+        self.assertEqual(len(h.fired), 3 * mom_events._BATCH + 1)
 
     def test_five_occurrences_wait_on_a_channel_by_default(self):
         h = Harness(self)

@@ -109,6 +109,7 @@ _SWEEP_PACE = ("the sweep's pace only: it then stats its batch on other ticks, f
                "sooner at more cost (the idle benchmark measures the cost)")
 _FRESH_GUARD = ("a guard: _changes and forget drop a name from _fresh whenever it leaves the snapshot or turns "
                 "non-regular, so the recheck never finds one")
+_GIL_OFFER = "offering the GIL every batch only lets workers run sooner in a burst: the same events, the same order"
 _LOCK_READ = ("the lock file holds a PID line and at most two short lines: reading 255 or 257 bytes, or "
               "from its second byte, finds the same lines after the PID")
 EQUIVALENT = {
@@ -359,7 +360,23 @@ EQUIVALENT = {
     "channels:_Channels.call:number:timeout=0.25 => 0.25->0.0":
         "a margin: the worker then looks without waiting (a busy wait), with the same outcome",
     "files:_Files.run_due:number:count % _BATCH == 0 => 0->-1":
-        "offering the GIL every batch only lets workers run sooner in a burst: the same events, the same order",
+        _GIL_OFFER,
+    "files:_Files.run_due:delete:if count % _BATCH == 0: time.sleep(0) => pass":
+        _GIL_OFFER,
+    "files:_Files.run_due:delete:time.sleep(0) => pass":
+        _GIL_OFFER,
+    "files:_Files.run_due:compare:count % _BATCH == 0 => Eq->NotEq":
+        _GIL_OFFER,
+    "files:_Files.run_due:delete:if f is None: continue => pass":
+        "a guard: forgetting a file drops its entries from the schedule, so pop_due never yields one",
+    "files:_Files.run_due:delete:continue => pass":
+        "a guard: forgetting a file drops its entries from the schedule, so pop_due never yields one",
+    "files:_File.parsed:delete:if self.event is None: raise TypeError(f'{self.... => pass":
+        "a guard for the type checker: a file is fired, enqueued or judged only with an event",
+    "files:_File.parsed:delete:raise TypeError(f'{self.name} has no valid event') => pass":
+        "a guard for the type checker: a file is fired, enqueued or judged only with an event",
+    "files:_Files._retry_later:number:delay * 1000 => 1000->1001":
+        "%d truncates: 100.1 ms is said as 100 ms",
     "files:_Files._changed:number:(sig, 0, first_look) => 0->-1":
         "_load resets the count itself when the content read differs from the last read, as it does for any "
         "change but a touch; and a file touched with the same bad content was renamed away already",
