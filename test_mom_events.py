@@ -2628,6 +2628,27 @@ class CliTest(unittest.TestCase):
         self.assertIn("watching", line)
         return line
 
+    def arguments(self, *argv):
+        """The CLI's arguments parsed in-process; a usage error is its message."""
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                return mom_events._arguments([str(self.dir), *argv])
+        except SystemExit as exc:
+            self.assertEqual(exc.code, 2)
+            return err.getvalue().splitlines()[-1]
+
+    def test_the_options_that_go_together_and_the_values_they_take(self):
+        args = self.arguments("--prompt", "--timezone", "Asia/Tokyo", "--channel", "C1")
+        self.assertEqual((args.timezone, args.channel), ("Asia/Tokyo", "C1"))
+        for alone in (("--channel", "C1"), ("--timezone", "UTC")):
+            self.assertEqual(self.arguments(*alone), "mom_events: error: --channel and --timezone go with --prompt")
+        self.assertEqual((self.arguments("--grace", "0").grace, self.arguments("--misfire-grace", "0").misfire_grace),
+                         (0.0, 0.0))
+        self.assertEqual((self.arguments().grace, self.arguments().misfire_grace), (30.0, 0.0))  # the defaults
+        self.assertIn("must be a non-negative number of seconds: '-1'", self.arguments("--grace", "-1"))
+        self.assertIn("must be a positive number of seconds: '0'", self.arguments("--poll", "0"))
+
     def test_prints_one_line_per_event_and_stops_cleanly_on_sigterm(self):
         events = self.dir / "events"
         proc = self.start(str(events))
