@@ -2083,6 +2083,24 @@ class IsolationTest(unittest.TestCase):
                                        "RuntimeError: injected"])
         self.assertEqual(h.texts(), ["b"])
 
+    def test_a_file_that_fails_again_while_being_given_up_on_is_left_alone_until_it_changes(self):
+        h = Harness(self)
+        h.start()
+        h.write("b.json", immediate(text="b"))
+        with mock.patch.object(mom_events, "_parse", side_effect=RuntimeError("injected")), \
+                mock.patch.object(mom_events._Files, "_take", side_effect=RuntimeError("again")), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+            os.utime(h.dir / "b.json")  # touched, the same content: still the file that failed
+            h.tick(h.now + 0.1)
+            h.tick(h.now + 0.1)
+        self.assertEqual(logs.output, ["ERROR:mom_events:b.json: unexpected error while handling it: RuntimeError: "
+                                       "injected, and again while giving up on it (again); it will not run while "
+                                       "this harness runs"])
+        h.write("b.json", immediate(text="fixed"))  # a new content is a new file
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["fixed"])
+
     def test_a_file_given_up_on_while_firing_has_its_waiting_run_withdrawn(self):
         """Rejected, or gone meanwhile, is its fate: an occurrence of it still
         waiting in its channel's queue does not run after that."""
@@ -2648,6 +2666,14 @@ class CliTest(unittest.TestCase):
         self.assertEqual((self.arguments().grace, self.arguments().misfire_grace), (30.0, 0.0))  # the defaults
         self.assertIn("must be a non-negative number of seconds: '-1'", self.arguments("--grace", "-1"))
         self.assertIn("must be a positive number of seconds: '0'", self.arguments("--poll", "0"))
+
+    def test_a_directory_name_that_is_not_utf8_is_written_escaped(self):
+        odd = self.dir / os.fsdecode(b"ev\xff")
+        odd.mkdir()
+        result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(odd), "--prompt"],
+                                capture_output=True, timeout=60, env=dict(os.environ, LC_ALL="C.UTF-8"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(b"/ev\\udcff/", result.stdout)
 
     def test_prints_one_line_per_event_and_stops_cleanly_on_sigterm(self):
         events = self.dir / "events"
@@ -6819,12 +6845,14 @@ class DowntimeTest(unittest.TestCase):
         h = self.harness(10.5)
         h.write("fast.json", {**periodic("* * * * * *", "C1", "every second"), "catchUp": True})
         h.write("slow.json", periodic("* * * * * *", "C2", "no catch-up"))
+        h.write("once.json", periodic("*/10 * * * * *", "C3", "every 10 s"))  # 08:59:50 missed
         with self.assertLogs("mom_events", "INFO") as logs:
             self.start(h)
         self.assertEqual([(e.filename, e.late, e.due) for _, e in h.fired],
                          [("fast.json", 1.0, datetime.fromtimestamp(h.now - 1, UTC))])
         self.assertRegex(h.fired[0][1].message, r"^\[EVENT:fast\.json:periodic:\* \* \* \* \* \*\] \(late by 1 s\) ")
-        self.assertIn("slow.json: 10 occurrences fell due while no harness was running", "\n".join(logs.output))
+        self.assertIn("INFO:mom_events:slow.json: 10 occurrences fell due while no harness was running", logs.output)
+        self.assertIn("INFO:mom_events:once.json: 1 occurrence fell due while no harness was running", logs.output)
         self.assertIn("fast.json: 10 occurrences fell due while no harness was running; running the latest now",
                       "\n".join(logs.output))
         h.advance(1)  # then on schedule, both

@@ -375,6 +375,14 @@ EQUIVALENT = {
         "a guard for the type checker: a file is fired, enqueued or judged only with an event",
     "files:_File.parsed:delete:raise TypeError(f'{self.name} has no valid event') => pass":
         "a guard for the type checker: a file is fired, enqueued or judged only with an event",
+    "files:_Files._plan:delete:assert verdict.due is not None => pass":
+        "a guard for the type checker: the judge's schedule always says when",
+    "files:_Files._plan:delete:assert verdict.due is not None and f.first_look... => pass":
+        "a guard for the type checker: only a first look misses, and what was missed was due",
+    "files:_Files._plan:boolop:verdict.due is not None and f.first_look is not None => And->Or":
+        "a guard for the type checker: only a first look misses, and what was missed was due",
+    "cli:main:return:return 0 => None":
+        "sys.exit(None) exits with status 0 too",
     "files:_Files._retry_later:number:delay * 1000 => 1000->1001":
         "%d truncates: 100.1 ms is said as 100 ms",
     "files:_Files._changed:number:(sig, 0, first_look) => 0->-1":
