@@ -3732,7 +3732,7 @@ def _serve(args: argparse.Namespace) -> int:
             if commands is not None:
                 commands.stop_all()
                 watcher.stop(timeout=_KILL_AFTER + _KILL_WAIT + 1)
-                commands.kill_all()  # whatever a supervisor gave up on: nothing of a run outlives the harness
+                commands.kill_all()  # a supervisor late even for that: nothing of a run outlives the harness
         return 2 if halted else 1 if still_running else 0
 
     while not stop.wait(_SIGNAL_TICK):

@@ -1122,24 +1122,33 @@ class LanguageTest(unittest.TestCase):
         self.assertNotIn("unexpected", line)
 
     def test_a_last_occurrence_coalesced_or_discarded_still_ends_the_file(self):
-        h = Harness(self, history=None)
-        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
-        h.start()
-        held = []
-        h.w._channels._spawn = hold(held)  # the channel stays busy: occurrences wait
-        until = datetime.fromtimestamp(h.now + 3.5, UTC).isoformat()
-        h.write("tick.json", {"type": "periodic", "channelId": "C1", "text": "t", "every": "1s",
-                              "start": datetime.fromtimestamp(h.now + 1, UTC).isoformat(), "until": until})
-        h.write("busy.json", immediate("C1", "busy"))
-        h.tick(h.now + 0.1)
-        h.advance(5)  # 1 s, 2 s, 3 s: the first waits, the others coalesce, the last is the last
-        while held:
-            held.pop(0)()
-        h.step(h.now)
-        h.tick(h.now + 0.1)
-        self.assertFalse(h.exists("tick.json"))
-        outcomes = [r["outcome"] for r in read_history(h.dir / ".history.jsonl") if r["filename"] == "tick.json"]
-        self.assertEqual(outcomes[-1], "ended", outcomes)
+        for full in (False, True):
+            with self.subTest(full=full):
+                h = Harness(self, history=None)
+                h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+                h.start()
+                held = []
+                h.w._channels._spawn = hold(held)  # the channel stays busy: occurrences wait
+                until = datetime.fromtimestamp(h.now + 3.5, UTC).isoformat()
+                h.write("tick.json", {"type": "periodic", "channelId": "C1", "text": "t", "every": "1s",
+                                      "start": datetime.fromtimestamp(h.now + 1, UTC).isoformat(), "until": until})
+                h.write("busy.json", immediate("C1", "busy"))
+                for i in range(5 if full else 0):  # five wait behind it: the queue is full
+                    h.write(f"w{i}.json", immediate("C1", f"w{i}"), mtime=h.now + i + 1)
+                with contextlib.ExitStack() as stack:
+                    if full:
+                        stack.enter_context(self.assertLogs("mom_events", "WARNING"))
+                    h.tick(h.now + 0.1)
+                    h.advance(5)  # 1 s, 2 s, 3 s: the first waits, the others coalesce, the last is the last
+                while held:
+                    held.pop(0)()
+                h.step(h.now)
+                h.tick(h.now + 0.1)
+                self.assertFalse(h.exists("tick.json"))
+                records = [r for r in read_history(h.dir / ".history.jsonl") if r["filename"] == "tick.json"]
+                self.assertEqual((records[-1]["outcome"], records[-1].get("detail")),
+                                 ("ended", "its last occurrence was discarded: the queue was full" if full else
+                                  "its last occurrence has run"), records)
 
     def test_catch_up_with_until_runs_the_last_missed_occurrence(self):
         h = Harness(self, now=utc(2027, 3, 1, 12).timestamp(), history=None)
@@ -2083,6 +2092,21 @@ class IsolationTest(unittest.TestCase):
                                        "RuntimeError: injected"])
         self.assertEqual(h.texts(), ["b"])
 
+    def test_a_run_cut_short_at_shutdown_keeps_its_file_and_says_so(self):
+        def cut_short(event):
+            raise mom_events._Interrupted("command stopped at shutdown")
+        h = Harness(self, handler=cut_short, history=None)
+        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h.start()
+        h.write("a.json", immediate())
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            h.tick(h.now + 0.1)
+            h.tick(h.now + 0.1)
+        self.assertEqual(logs.output, ["WARNING:mom_events:a.json: command stopped at shutdown; its file stays"])
+        self.assertTrue(h.exists("a.json"))
+        self.assertEqual([(r["outcome"], r.get("detail")) for r in read_history(h.dir / ".history.jsonl")][-1],
+                         ("failed", "interrupted: command stopped at shutdown"))
+
     def test_a_file_that_fails_again_while_being_given_up_on_is_left_alone_until_it_changes(self):
         h = Harness(self)
         h.start()
@@ -2496,6 +2520,17 @@ class SubmitTest(unittest.TestCase):
 
 
 class ClockStepTest(unittest.TestCase):
+    def test_a_run_a_second_or_more_after_its_time_is_late_and_says_so(self):
+        h = Harness(self, now=utc(2025, 1, 1, 9).timestamp())
+        h.write("a.json", one_shot(utc(2025, 1, 1, 9, 1).timestamp(), text="a"))
+        h.write("b.json", one_shot(utc(2025, 1, 1, 9, 2).timestamp(), "C2", text="b"))
+        h.start()
+        h.step(utc(2025, 1, 1, 9, 1).timestamp() + 0.999)  # the thread woke late, but not a second late
+        h.step(utc(2025, 1, 1, 9, 2).timestamp() + 1.0)  # a second: the machine slept, or the clock stepped
+        h.run_workers()
+        self.assertEqual([(e.text, e.late) for _, e in h.fired], [("a", None), ("b", 1.0)])
+        self.assertTrue(h.fired[1][1].message.endswith("] (late by 1 s) b"), h.fired[1][1].message)
+
     def test_backward_step_fires_nothing_twice(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
         h.write("p.json", periodic("*/15 * * * *"))
@@ -2655,6 +2690,14 @@ class CliTest(unittest.TestCase):
         except SystemExit as exc:
             self.assertEqual(exc.code, 2)
             return err.getvalue().splitlines()[-1]
+
+    def test_the_shutdown_thread_hands_back_its_result_or_its_exception(self):
+        self.assertEqual(mom_events._with_signals_handled(lambda: 3), 3)
+
+        def fails():
+            raise OSError(28, "No space left on device")
+        with self.assertRaisesRegex(OSError, "No space left on device"):
+            mom_events._with_signals_handled(fails)
 
     def test_the_options_that_go_together_and_the_values_they_take(self):
         args = self.arguments("--prompt", "--timezone", "Asia/Tokyo", "--channel", "C1")
@@ -3731,6 +3774,20 @@ class RejectedTest(CliCase):
 
 
 class RejectedInProcessTest(unittest.TestCase):
+    def test_a_file_that_ran_and_cannot_be_moved_is_logged_once_and_never_runs_again(self):
+        h = Harness(self)
+        h.start()
+        h.write("a.json", immediate(text="once"))
+        with mock.patch.object(mom_events.os, "rename", side_effect=PermissionError(13, "Permission denied")), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+            h.tick(h.now + 0.1)
+            os.utime(h.dir / "a.json")  # touched: the same content is still not run
+            h.tick(h.now + 0.1)
+        self.assertEqual(logs.output, ["ERROR:mom_events:a.json: cannot delete it (Permission denied); it will not "
+                                       "run again while this harness runs"])
+        self.assertEqual(h.texts(), ["once"])
+
     def test_neither_renamed_nor_deleted_it_is_logged_once_and_never_runs(self):
         h = Harness(self)
         h.start()
@@ -4796,7 +4853,10 @@ class HistoryTest(unittest.TestCase):
         with self.assertLogs("mom_events", "WARNING"):
             h.tick(h.now + 0.1)
         h.advance(60)
-        h.advance(60)  # the first occurrence still waits: the second is coalesced
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.advance(60)  # the first occurrence still waits: the second is coalesced
+        self.assertIn("INFO:mom_events:tick.json: its previous occurrence is still waiting on channel P; "
+                      "not queued again", logs.output)
         self.assertEqual([o for _, o in self.outcomes("q5.json")], ["discarded"])
         self.assertEqual([o for _, o in self.outcomes("tick.json")], ["queued", "coalesced"])
         coalesced = read_history(self.path)[-1]
@@ -6219,15 +6279,22 @@ class LifecycleTest(unittest.TestCase):
         put(self.dir, "first.json", immediate())
         self.assertTrue(started.wait(5))
         put(self.dir, "second.json", immediate())  # waits behind first.json on C1
+        with self.assertLogs("mom_events", "ERROR"):
+            put(self.dir, "bad.json", {"type": "immediate", "channelId": "C1"})  # and its notice behind that
+            self.assertTrue(wait_for(lambda: (self.dir / "bad.json.rejected").exists(), 5))
         self.assertTrue(wait_for(lambda: any(r["filename"] == "second.json" for r in read_history(history)), 5))
         self.assertEqual(w.stop(timeout=0.1), ["C1"])
         self.assertTrue(w.active)  # first.json still runs: the directory is held
         release.set()
         self.assertTrue(wait_for(lambda: not w.active, 5))
-        self.assertEqual([(r["filename"], r["outcome"]) for r in read_history(history)],
+        records = read_history(history)
+        self.assertEqual([(r["filename"], r["outcome"]) for r in records if r["filename"] != "bad.json"],
                          [("first.json", "queued"), ("first.json", "started"), ("second.json", "queued"),
                           ("second.json", "cancelled"), ("first.json", "done")])
         self.assertTrue((self.dir / "second.json").exists())
+        dropped = {r["filename"]: r["detail"] for r in records if r["outcome"] == "cancelled"}
+        self.assertEqual(dropped, {"second.json": "the harness stopped before it ran; the file stays",
+                                   "bad.json": "the harness stopped before it ran"})  # a notice has no file
 
     def test_the_directory_is_let_go_only_after_the_schedulers_last_step(self):
         w = EventsWatcher(self.dir, lambda event: None, poll_interval=0.02)
@@ -6405,6 +6472,54 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         h.tick(h.now + 0.1)
         self.assertEqual(h.texts(), ["first", "second"])
         self.assertFalse(h.exists("a.json"))
+
+    def test_a_file_moved_in_as_the_one_that_ran_is_moved_away_is_put_back_and_runs(self):
+        h = Harness(self)
+        h.start()
+        put(h.dir, "a.json", immediate(text="first"))
+        with self.moved_in_first(h, "rename", "second"), self.assertLogs("mom_events", "DEBUG") as logs:
+            h.tick(h.now + 0.1)  # it runs; the check passes, then an mv lands before the file is taken
+        self.assertIn("DEBUG:mom_events:a.json: written again since it was judged; putting the new file back",
+                      logs.output)
+        h.tick(h.now + 0.1)
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["first", "second"])
+        self.assertEqual(os.listdir(h.dir), [])  # nothing left under a private name
+
+    def test_a_file_removed_as_the_one_that_ran_is_moved_away_is_no_error(self):
+        h = Harness(self)
+        h.start()
+        put(h.dir, "a.json", immediate(text="first"))
+        real = os.rename
+
+        def removed_first(src, dst):
+            os.unlink(src)  # the agent's rm lands between the check and the rename
+            return real(src, dst)
+        with mock.patch.object(mom_events.os, "rename", removed_first), self.assertNoLogs("mom_events", "WARNING"):
+            h.tick(h.now + 0.1)
+            h.tick(h.now + 0.1)
+        self.assertEqual((h.texts(), os.listdir(h.dir)), (["first"], []))
+
+    def test_a_taken_file_is_put_back_by_a_link_or_else_a_rename_and_never_over_a_newer_one(self):
+        d = temp_dir(self, "mom_events_putback_")
+        taken, path = d / ".a.json.mom_events-taken", d / "a.json"
+        for no_links in (False, True):
+            with self.subTest(no_links=no_links):
+                taken.write_text("taken")
+                with mock.patch.object(mom_events.os, "link", side_effect=PermissionError(1, "not permitted")) \
+                        if no_links else contextlib.nullcontext(), self.assertNoLogs("mom_events", "DEBUG"):
+                    mom_events._Files._put_back(str(taken), str(path))
+                self.assertEqual(os.listdir(d), ["a.json"])
+                self.assertEqual(path.read_text(), "taken")
+                path.unlink()
+        taken.write_text("taken")
+        path.write_text("newer")  # a later mv won: the taken file goes
+        mom_events._Files._put_back(str(taken), str(path))
+        self.assertEqual((os.listdir(d), path.read_text()), (["a.json"], "newer"))
+        with self.assertLogs("mom_events", "DEBUG") as logs:
+            mom_events._Files._put_back(str(taken), str(path))  # gone meanwhile: said, never raised
+        self.assertEqual(logs.output, [f"DEBUG:mom_events:{path}: cannot put it back in place (No such file or "
+                                       "directory)"])
 
     def test_a_missed_one_shot_replaced_as_it_is_deleted_is_not_told_as_deleted(self):
         h = Harness(self)
@@ -7195,6 +7310,19 @@ class HeapTest(unittest.TestCase):
         self.assertLess(len(h.w._schedule._heap), 100)
         h.advance(366 * 86400)
         self.assertEqual(h.texts(), ["v499"])
+
+    def test_nothing_is_kept_of_the_names_of_files_gone(self):
+        """An agent naming its files by the time (a new name each) must not
+        grow the harness: memory follows the files there are."""
+        h = Harness(self)
+        h.start()
+        for i in range(300):
+            h.write(f"n{i}.json", one_shot(h.now + 86400, text=f"{i}"))
+            h.tick(h.now + 0.01)
+            (h.dir / f"n{i}.json").unlink()
+            h.tick(h.now + 0.01)
+        self.assertEqual((h.w._files._known, h.w._schedule._live, h.w._schedule.scheduled()), ({}, {}, 0))
+        self.assertLess(len(h.w._schedule._heap), 100)
 
     def test_compaction_while_due_entries_fire(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 10).timestamp())

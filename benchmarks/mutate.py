@@ -110,6 +110,8 @@ _SWEEP_PACE = ("the sweep's pace only: it then stats its batch on other ticks, f
 _FRESH_GUARD = ("a guard: _changes and forget drop a name from _fresh whenever it leaves the snapshot or turns "
                 "non-regular, so the recheck never finds one")
 _GIL_OFFER = "offering the GIL every batch only lets workers run sooner in a burst: the same events, the same order"
+_LATE_SUPERVISOR = ("a safety net no test reaches: by the end of stop()'s _KILL_AFTER + _KILL_WAIT + 1 s each "
+                    "supervisor has ended its run or given up on it, and left the table kill_all reads")
 _LOCK_READ = ("the lock file holds a PID line and at most two short lines: reading 255 or 257 bytes, or "
               "from its second byte, finds the same lines after the PID")
 EQUIVALENT = {
@@ -381,6 +383,33 @@ EQUIVALENT = {
         "a guard for the type checker: only a first look misses, and what was missed was due",
     "files:_Files._plan:boolop:verdict.due is not None and f.first_look is not None => And->Or":
         "a guard for the type checker: only a first look misses, and what was missed was due",
+    "cli:_serve.shut_down:delete:commands.kill_all() => pass":
+        _LATE_SUPERVISOR,
+    "cli:_serve.shut_down:number:_KILL_AFTER + _KILL_WAIT + 1 => 1->2":
+        _LATE_SUPERVISOR,
+    "cli:_serve.shut_down:number:_KILL_AFTER + _KILL_WAIT + 1 => 1->0":
+        _LATE_SUPERVISOR,
+    "cli:_with_signals_handled:delete:thread.join(_SIGNAL_TICK) => pass":
+        "cost only: the main thread then spins instead of waking every tick, and signals are heard as well",
+    "cli:_with_signals_handled:number:outcome[0] => 0->-1":
+        "the list holds one outcome: its first is its last",
+    "cli:_with_signals_handled:number:outcome[0] => 0->-1#2":
+        "the list holds one outcome: its first is its last",
+    "cli:_with_signals_handled:number:outcome[0] => 0->-1#3":
+        "the list holds one outcome: its first is its last",
+    "cli:_with_signals_handled:bool:daemon=True => True->False":
+        "the main thread joins it anyway, and a second signal leaves by os._exit, which waits for no thread",
+    "files:_Files._delete_after_run:boolop:f is not None and self.schedule.generation(f.name) == job... => And->Or":
+        "a file rewritten since its run is then offered for deletion, but _take finds the run's signature "
+        "gone and leaves it: the same outcome",
+    "files:_Files._take:delete:return None => pass":
+        "the rename and the check after it then find the other file and put it back: the same outcome",
+    "files:_Files._take:delete:self._scanner.forget(f.name) => pass#2":
+        "the name was emptied: the directory's mtime changed, so the next scan lists it and finds it gone",
+    "files:_Files._take:delete:self._scanner.forget(f.name) => pass#3":
+        "the file put back has another inode than the scanner noted, so the next listing stats it anyway",
+    "files:_Files._still:delete:return False => pass#2":
+        "None is as false as False to the caller",
     "cli:main:return:return 0 => None":
         "sys.exit(None) exits with status 0 too",
     "files:_Files._retry_later:number:delay * 1000 => 1000->1001":
