@@ -402,6 +402,16 @@ EQUIVALENT = {
     "files:_Files._delete_after_run:boolop:f is not None and self.schedule.generation(f.name) == job... => And->Or":
         "a file rewritten since its run is then offered for deletion, but _take finds the run's signature "
         "gone and leaves it: the same outcome",
+    "files:_Files._unlink_taken:delete:self._gone(f.name) => pass":
+        "the next scan sees the name gone and forgets it the same way; _gone does it a poll sooner",
+    "files:_Files._gone:delete:self._forget(name) => pass":
+        "the next scan sees the name gone and forgets it the same way; _gone does it a poll sooner",
+    "files:_Files._gone:delete:self._scanner.forget(name) => pass":
+        "the name was emptied: the directory's mtime changed, so the next scan lists it and finds it gone",
+    "files:_Files._undeletable:delete:return False => pass":
+        "None is as false as False to its callers",
+    "files:_Files._undeletable:return:return False => None":
+        "None is as false as False to its callers",
     "files:_Files._take:delete:return None => pass":
         "the rename and the check after it then find the other file and put it back: the same outcome",
     "files:_Files._take:delete:self._scanner.forget(f.name) => pass#2":
