@@ -3026,12 +3026,7 @@ if what == "stubborn":  # outlives its shell's SIGTERM, as a command under dash 
         file.write(f"{os.getpid()}\\n")
     time.sleep(60)
 else:  # "check OUT": which processes of the runs before this one still live
-    def kill_group(pgid):
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def alive(pid):
+    def alive(pid):
         try:
             with open(f"/proc/{pid}/stat") as file:
                 return file.read().rsplit(")", 1)[1].split()[0] != "Z"
