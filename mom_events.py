@@ -2344,7 +2344,7 @@ class _Files:
                 data, f.sig = _read_file(os.path.join(self.directory, f.name))
             except (OSError, _NotRegular) as exc:
                 log.error("%s: %s; it cannot be read now (%s): the next scan says what became of it",
-                          f.name, reason, exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+                          f.name, reason, getattr(exc, "strerror", None) or exc)
                 self._scanner.forget(f.name)  # whatever has the name now is read anew
                 return
             f.digest = _digest(data)

@@ -412,6 +412,17 @@ EQUIVALENT = {
         "None is as false as False to its callers",
     "files:_Files._undeletable:return:return False => None":
         "None is as false as False to its callers",
+    "files:_Files._invalid:delete:self._scanner.forget(f.name) => pass":
+        "the name was emptied or changed: the directory's mtime or the file's stat says so to the next scan",
+    "files:_Files._invalid:delete:return => pass#2":
+        "the take that follows finds the name empty (or another file) and forgets it: the same outcome",
+    "files:_Files._invalid:delete:f.digest = _digest(data) => pass":
+        "the content is the one last read unless rewritten since; a rewrite within a tick then fails the "
+        "racy check and is judged anew by the next scan instead of at once",
+    "cli:_Commands._drain:number:time.monotonic() + 1.0 => 1.0->2.0":
+        "a margin: how long endless output is drained before it is given up on",
+    "cli:_one_line:delete:if text.isprintable(): return text => pass":
+        "the shortcut: the character-by-character join gives a printable text back unchanged, more slowly",
     "files:_Files._take:delete:return None => pass":
         "the rename and the check after it then find the other file and put it back: the same outcome",
     "files:_Files._take:delete:self._scanner.forget(f.name) => pass#2":
