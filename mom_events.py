@@ -291,13 +291,12 @@ def _parse_instant(key: str, text: str, filename: str | None, zone: str | None =
                                            f"Z{wall})")
             return _wall_instant(_zone(zone), when)
         when.astimezone(UTC)
-    except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0
+        there = None if zone is None else _utc_offset(when.astimezone(_zone(zone)))
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in year 0; 9999-12-31T23:59Z in Vienna, in 10000
         raise EventError(filename, f'"{key}" is out of range: {_clip(text)!r}') from None
-    if zone is not None:
-        offset, there = _utc_offset(when), _utc_offset(when.astimezone(_zone(zone)))
-        if offset != there:
-            raise EventError(filename, f'"{key}" {_clip(text)} has offset {_offset_text(offset)}, but {zone} is at '
-                                       f"{_offset_text(there)} then")
+    if there is not None and (offset := _utc_offset(when)) != there:
+        raise EventError(filename, f'"{key}" {_clip(text)} has offset {_offset_text(offset)}, but {zone} is at '
+                                   f"{_offset_text(there)} then")
     return when
 
 

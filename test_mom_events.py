@@ -1190,7 +1190,9 @@ class FuzzTest(unittest.TestCase):
     or an EventError with a one-line, bounded reason naming the file."""
 
     SEEDS = [json.dumps(x) for x in (
-        immediate(), one_shot("2026-12-15T09:00:00+01:00"), periodic("*/5 9-17 * * mon-fri", tz="Europe/Vienna"),
+        immediate(), one_shot("2026-12-15T09:00:00+01:00"),
+        dict(one_shot("2026-12-15T09:00:00"), timezone="Pacific/Kiritimati"),
+        periodic("*/5 9-17 * * mon-fri", tz="Europe/Vienna"),
         periodic("0 0 L,15 2 fri#5,1-3", tz="America/New_York"), periodic("0 */2 1 * * *"),
         periodic("@monthly", tz="Australia/Lord_Howe"), periodic("0 17 * * FRI#L,5L", tz="Europe/Vienna"),
         periodic("0 0 9 LW,15W ? +mon 2027-2030/2"))]
@@ -1234,6 +1236,21 @@ class FuzzTest(unittest.TestCase):
                 self.assertEventOrError(data.encode("utf-8", "surrogatepass"))
                 self.assertWrittenFields(data.encode("utf-8", "surrogatepass"))
 
+    def test_instants_at_the_ends_of_the_range(self):
+        """Every "at" near year 1 or 9999, with an offset or none, in zones
+        east and west: an Event or a one-line EventError, never an overflow."""
+        rng = random.Random(9)
+        zones = [None, "UTC", "Europe/Vienna", "America/New_York", "Pacific/Kiritimati", "Pacific/Pago_Pago"]
+        for _ in range(2000):
+            day = rng.choice(("0001-01-01", "0001-01-02", "9999-12-30", "9999-12-31"))
+            at = f"{day}T{rng.randrange(24):02}:{rng.randrange(60):02}:00" + rng.choice(
+                ("", "Z", "+14:00", "-12:00", "+01:00", "-00:30"))
+            event = one_shot(at)
+            if (zone := rng.choice(zones)) is not None:
+                event["timezone"] = zone
+            with self.subTest(at=at, zone=zone):
+                self.assertEventOrError(json.dumps(event))
+
     def test_random_schedules_and_zones(self):
         rng = random.Random(8)
         alphabet = "0123456789*/,-#L? @abcdefghijklmnopqrstuvwxyzMONFRIW+"
@@ -1262,6 +1279,12 @@ class FuzzTest(unittest.TestCase):
             with self.assertRaises(EventError) as caught:
                 parse_event(json.dumps(one_shot(at)), "far.json")
             self.assertIn("out of range", str(caught.exception))
+        # an instant at the ends of the range that another zone's wall time leaves
+        for at, zone in (("9999-12-31T23:59:59Z", "Europe/Vienna"), ("0001-01-01T00:00:00Z", "America/New_York"),
+                         ("9999-12-31T23:59:59", "America/Los_Angeles"), ("0001-01-01T00:00:00", "Asia/Tokyo")):
+            with self.subTest(at=at, zone=zone), self.assertRaises(EventError) as caught:
+                parse_event(json.dumps(dict(one_shot(at), timezone=zone)), "far.json")
+            self.assertEqual(str(caught.exception), f'far.json: "at" is out of range: {at!r}')
         # the last representable minute: no next time, said as an EventError
         with self.assertRaises(EventError):
             next_fire("* * * * *", "UTC", datetime(9999, 12, 31, 23, 59, tzinfo=UTC))
