@@ -3557,7 +3557,8 @@ def _check(path: str, history: str | None = None) -> int:
             os.stat(path)
             files = [(path, os.path.basename(path))]
     except OSError as exc:
-        log.error("cannot check %s: %s", path, exc.strerror or exc)
+        link = _stat_entry(path) if os.path.islink(path) else None  # "No such file" would mislead
+        log.error("cannot check %s: %s", path, f"it is a {link.kind}" if link else exc.strerror or exc)
         return 1
     last = {}
     if history is not None:

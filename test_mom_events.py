@@ -3369,6 +3369,14 @@ class CheckLineTest(unittest.TestCase):
             self.assertEqual(mom_events._check(str(missing)), 1)
         self.assertEqual([record.getMessage() for record in logs.records],
                          [f"cannot check {missing}: No such file or directory"])
+        (self.dir / "dangling").symlink_to(missing)
+        (self.dir / "loop").symlink_to("loop")
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            self.assertEqual(mom_events._check(str(self.dir / "dangling")), 1)
+            self.assertEqual(mom_events._check(str(self.dir / "loop")), 1)
+        self.assertEqual([record.getMessage() for record in logs.records],
+                         [f"cannot check {self.dir / 'dangling'}: it is a dangling symlink",
+                          f"cannot check {self.dir / 'loop'}: it is a symlink loop"])
 
     def test_a_one_shot_past_its_time_is_judged_by_its_mtime_not_its_ctime(self):
         now = time.time()
