@@ -3478,6 +3478,21 @@ class SupervisionTest(CliCase):
         self.assertTrue(any(line.endswith("WARNING grace period over; stopping what still runs on channels A")
                             for line in cli.err), cli.err)
 
+    def test_a_command_that_finished_keeps_no_file_when_the_grace_runs_out_on_what_it_left(self):
+        # It exited 0: its event was handled, so its file goes (a rerun would fire it twice); what it
+        # left ignores SIGTERM, so the grace runs out (status 1) before SIGKILL ends it.
+        cli = self.serve("--grace", "0.3", "--exec", _EVAL_TEXT)
+        self.put("a.json", immediate("A", f"(trap '' TERM; exec {self.probe('stubborn')}) & echo started"))
+        self.recorded(1)
+        cli.wait_err("a.json: the command left processes behind")
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(30), 1)
+        self.assertEqual(self.left_alive(), [])
+        self.assertFalse((self.events / "a.json").exists())
+        self.assertFalse([line for line in cli.err if "command failed" in line or "file stays" in line], cli.err)
+        self.assertTrue(any(line.endswith("WARNING grace period over; stopping what still runs on channels A")
+                            for line in cli.err), cli.err)
+
     def test_a_second_signal_leaves_nothing_of_a_command_that_ignores_sigterm(self):
         cli = self.serve("--exec", _EVAL_TEXT)
         self.put("a.json", immediate("A", f"trap '' TERM; {self.probe('stubborn')}"))
