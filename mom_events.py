@@ -37,6 +37,7 @@ if sys.platform == "win32":  # fcntl, /bin/sh, process groups and sessions
 
 import argparse
 import fcntl
+import functools
 import heapq
 import importlib
 import inspect
@@ -51,11 +52,11 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import IO, TYPE_CHECKING, NoReturn, Protocol, TypeAlias, TypeVar, TypeVarTuple
+from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar, TypeVarTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 if TYPE_CHECKING:  # imported where used: asyncio alone costs ~10 MB of memory
@@ -132,6 +133,11 @@ _SPAWN_AFTER = 0.02
 
 # Due entries are handled this many at a time, the lock let go in between.
 _BATCH = 64
+
+# A command's session that must stop gets SIGTERM, SIGKILL this long after, and is given up
+# on this long after that.
+_KILL_AFTER = 5.0  # seconds
+_KILL_WAIT = 2.0   # seconds
 
 # Parse failures are retried after these delays: the writer may be mid-write.
 _RETRY_DELAYS = (0.1, 0.2, 0.4)
@@ -965,6 +971,19 @@ _MISSED_COUNT = 100
 
 
 @dataclass(frozen=True, slots=True)
+class _Account:
+    """What the journal says a harness that died did with the occurrences of
+    one version of a periodic file: those it fired (ran, started, merged into
+    a waiting one or discarded: not missed), those it queued but never
+    started (missed, whenever due), and until when missed ones were counted
+    already (by a start-up that died in turn)."""
+
+    fired: frozenset[float] = frozenset()
+    lost: frozenset[float] = frozenset()
+    counted: float = -math.inf
+
+
+@dataclass(frozen=True, slots=True)
 class _Startup:
     """What a harness knows when it first looks at the directory, at start-up
     or after a spell in which it could not look: it looks at ``start``; no
@@ -977,6 +996,14 @@ class _Startup:
     down_since: float | None
     stale_before: float
     misfire_grace: float
+    last_alive: float | None = None  # the last sign of life itself, without the allowance: periodic events
+    accounts: Mapping[tuple[str, int], _Account] = field(default_factory=dict)  # by (file, mtime_ns): the journal
+
+    @property
+    def periodic_since(self) -> float | None:
+        """Where a periodic event's missed occurrences start to count: the
+        last sign of life, for the journal says what was fired after it."""
+        return self.down_since if self.last_alive is None else self.last_alive
 
     def stale(self, mtime_ns: int) -> bool:
         """Written while no harness watched, not in its last 2 s (coarse timestamps)."""
@@ -1030,10 +1057,13 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
                             reason="immediate event written while no harness was running (stale)")
         return _Verdict("run")
     if event.type == "periodic":
-        due = _next_fire_ts(event, now, mtime_ns / 1e9)
+        mtime = mtime_ns / 1e9
+        if math.isinf(_next_fire_ts(event, mtime, mtime)):  # the writer's mistake, as a one-shot's past "at" is
+            return _Verdict("reject", reason=_no_run_left(event, now))
+        due = _next_fire_ts(event, now, mtime)
         missed, latest = 0, None
-        if startup is not None and startup.down_since is not None:
-            missed, latest = _missed(event, startup.down_since, now, mtime_ns / 1e9)
+        if startup is not None and (since := startup.periodic_since) is not None:
+            missed, latest = _missed(event, since, now, mtime, startup.accounts.get((event.filename, mtime_ns)))
         catch_up = latest if event.catch_up else None
         late = None if catch_up is None else now - catch_up
         if math.isinf(due) and catch_up is not None:
@@ -1062,21 +1092,43 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
                     reason=f"one-shot was due at {event.at} while no harness was running")
 
 
-def _missed(event: Event, since: float, until: float, mtime: float) -> tuple[int, float | None]:
-    """How many occurrences of a periodic event fell due in [since, until)
-    (counted up to _MISSED_COUNT), and the latest of them."""
-    count, latest, after = 0, None, since - 1e-3
+def _missed(event: Event, since: float, until: float, mtime: float,
+            account: _Account | None = None) -> tuple[int, float | None]:
+    """How many occurrences of a periodic event, whose file was written at
+    ``mtime``, fell due in [since, until) and did not run (counted up to
+    _MISSED_COUNT), and the latest of them.  ``account``: what the journal
+    says a harness that died fired of them, and queued but never started."""
+    if account is None:
+        account = _Account()
+    if mtime <= until:  # not before the file was written (a future mtime says nothing)
+        since = max(since, mtime)
+    since = max(since, account.counted)  # nor counted twice
+    lost = sorted(due for due in account.lost if account.counted <= due < since)
+    count, latest, after = len(lost), max(lost, default=None), since - 1e-3
     while count < _MISSED_COUNT:
         due = _next_fire_ts(event, after, mtime)
         if due >= until:
             return count, latest
-        count, latest, after = count + 1, due, due
+        after = due
+        if due not in account.fired:
+            count, latest = count + 1, due
     back = 1.0  # many: find the latest one before ``until`` from just before it
     while (due := _next_fire_ts(event, until - back, mtime)) >= until and back < until - after:
         back *= 2
     while due < until:
         latest, due = due, _next_fire_ts(event, due, mtime)
     return count, latest
+
+
+def _no_run_left(event: Event, now: float) -> str:
+    """Why a periodic event written after its last run is rejected."""
+    if event.until is None:
+        return f"its schedule {_clip(_when(event) or '')!r} has no run after the file was written"
+    until = datetime.fromisoformat(event.until)
+    if until.timestamp() > now:
+        return f'"until" {_clip(event.until)} comes before its first run'
+    return (f'"until" {_clip(event.until)} is {_span(now - until.timestamp())} in the past '
+            f"(it is now {datetime.fromtimestamp(now, until.tzinfo).isoformat(timespec='seconds')})")
 
 
 def _missed_notice(event: Event, due: float, startup: _Startup) -> Event:
@@ -1254,6 +1306,7 @@ def _digest(data: bytes) -> int:
 # ---------------------------------------------------------------------------
 
 _LOCK_NAME = ".mom_events.lock"  # a dotfile, so never an event
+_TAKEN = ".mom_events-taken"  # the end of the private name a file is moved to, to delete or rename it
 
 # The lock file's second line, which says that its mtime is a trace of life:
 # the harness holding it refreshes it every _HEARTBEAT and at a clean stop
@@ -1340,6 +1393,320 @@ class _DirectoryLock:
                 self.beat(stopping=True)  # the last sign of life is now
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = None
+
+
+# ---------------------------------------------------------------------------
+# What a harness leaves for the next: its runs' processes, and the journal
+# ---------------------------------------------------------------------------
+
+
+def _run_members(sid: int) -> list[int]:
+    """The live processes of a run: its session ``sid`` (the shell started
+    one), whatever process group they moved to (GNU timeout, shells with job
+    control do); only ``setsid`` leaves it.  Zombies do not count: what a
+    shell leaves behind is reparented to PID 1, which in a container may reap
+    late or never, and a zombie runs nothing.  (A child subreaper could reap
+    them itself, but would then have to reap every daemon the commands start,
+    setsid ones too.)  Without /proc, the session's first group is all that
+    can be seen."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        try:
+            os.killpg(sid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [sid]
+    members = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as file:
+                state, _, _, session = file.read().rsplit(b")", 1)[1].split()[:4]
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+        if int(session) == sid and state not in (b"Z", b"X"):
+            members.append(int(pid))
+    return members
+
+
+def _signal_session(sid: int, signum: int) -> None:
+    """Signal every process of a run: its group, and the members of its
+    session that moved to groups of their own."""
+    for pid in _run_members(sid):
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.killpg(sid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _process_start(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot (``/proc/PID/stat``'s
+    22nd field): with its PID, what tells it from a later process that got
+    the same number.  None when it is gone, or there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return int(file.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _machine() -> str:
+    """What process IDs are relative to: this boot of this machine, and the
+    PID namespace (a container has its own); "" when unknown.  A journal
+    written elsewhere names processes that are not ours to stop."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as file:
+            return f"{file.read().strip()}/{os.readlink('/proc/self/ns/pid')}"
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _stop_session(sid: int, start: int) -> int:
+    """Stop what is left of a dead harness's command: the session ``sid``,
+    whose leader started at ``start``, gets SIGTERM, then SIGKILL a second
+    later.  A leader alive with another start time means the number was
+    reused, so the session is long gone: the kernel keeps a session's number
+    while any process is in it.  Returns how many processes it stopped."""
+    leader = _process_start(sid)
+    if leader is not None and leader != start:
+        return 0
+    members = _run_members(sid)
+    for signum, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, _KILL_WAIT)):
+        if not _run_members(sid):
+            return len(members)
+        _signal_session(sid, signum)
+        deadline = time.monotonic() + wait
+        while _run_members(sid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    if _run_members(sid):
+        log.error("processes of session %d outlive SIGKILL; going on without them", sid)
+    return len(members)
+
+
+_JOURNAL_NAME = ".mom_events.journal"  # a dotfile, so never an event
+_JOURNAL_COMPACT = 64 << 10  # bytes: a longer journal is rewritten with only what is still open
+
+# A record's kind, and what it says (every record is one JSON object on a line):
+# "harness"  who writes the records after it: its PID, and the machine its
+#            commands' process IDs belong to (see _machine);
+# "fire"     a periodic occurrence of "file" (modified at "mtime"), due at "due",
+#            was queued ("queued": true) or merged into a waiting one or discarded;
+# "run"      run "id" started: the occurrence's "file", "type", "channelId", "due",
+#            its file's signature "sig", and whether the file goes once it has run;
+# "session"  run "id"'s --exec command is session "sid", its leader started at
+#            "start" (see _process_start): written before the command may start;
+# "end"      run "id" ended, and whether it "ran" to its end (not cut short at shutdown);
+# "notice"   notice "id" is to be sent: its "event", about "file" (signature "sig"),
+#            written before that file is deleted or renamed; its run's "end" says it was sent;
+# "counted"  "file"'s missed occurrences before "until" are in the history already.
+
+
+@dataclass
+class _Left:
+    """What a journal says its harness left undone, by record kind: runs cut
+    short (``cut``: their ``run`` records, with ``sid`` and ``start`` when a
+    command ran), final runs that ended while their files may still be there
+    (``ran``), notices not sent, periodic files' accounts, and the records
+    of what is still open, to carry over."""
+
+    pid: int | None = None
+    machine: str = ""
+    cut: list[dict[str, Any]] = field(default_factory=list)
+    ran: list[dict[str, Any]] = field(default_factory=list)
+    notices: list[dict[str, Any]] = field(default_factory=list)
+    accounts: dict[tuple[str, int], _Account] = field(default_factory=dict)  # by (file, mtime_ns)
+    open: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _fold(data: bytes) -> _Left:
+    """Read a journal's records in order.  A line that does not parse (cut by
+    a crash mid-write) or is not a record is skipped."""
+    left = _Left()
+    runs: dict[int, dict[str, Any]] = {}
+    notices: dict[int, dict[str, Any]] = {}
+    fires: dict[tuple[str, int, float], dict[str, Any]] = {}   # by (file, mtime, due): the last one
+    started: set[tuple[str, int, float]] = set()
+    counted: dict[tuple[str, int], float] = {}
+    for line in data.splitlines():
+        try:
+            record = json.loads(line)
+            kind = record["kind"]
+            if kind == "harness":
+                left.pid, left.machine = record["pid"], record["machine"]
+            elif kind == "fire":
+                fires[record["file"], record["mtime"], record["due"]] = record
+            elif kind == "run":
+                runs[record["id"]] = record
+                if record["due"] is not None and record["sig"] is not None:
+                    started.add((record["file"], record["sig"][3], record["due"]))
+            elif kind == "session":
+                runs[record["id"]].update(sid=record["sid"], start=record["start"])
+            elif kind == "end":
+                run = runs.pop(record["id"], None)
+                notices.pop(record["id"], None)
+                if run is not None and record["ran"] and run["final"]:
+                    left.ran.append(run)
+            elif kind == "notice":
+                notices[record["id"]] = record
+            elif kind == "counted":
+                key = (record["file"], record["mtime"])
+                counted[key] = max(counted.get(key, -math.inf), record["until"])
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            continue
+    left.cut = list(runs.values())
+    left.notices = list(notices.values())
+    for version in {key[:2] for key in [*started, *fires]}:
+        mine = [(key[2], fire["queued"]) for key, fire in fires.items() if key[:2] == version]
+        ran = {key[2] for key in started if key[:2] == version}
+        fired = frozenset(ran | {due for due, queued in mine if not queued})
+        left.accounts[version] = _Account(fired, frozenset(due for due, _ in mine) - fired,
+                                          counted.get(version, -math.inf))
+    lost = [fire for key, fire in fires.items() if fire["queued"] and key not in started]
+    left.open = [*lost, *runs.values(), *left.notices]
+    return left
+
+
+def _account_records(version: tuple[str, int], account: _Account) -> list[dict[str, Any]]:
+    """The account of a file's ``version`` (name, mtime) as the records that make it, to carry it over."""
+    file, mtime = version
+    fires = [{"kind": "fire", "file": file, "mtime": mtime, "due": due, "queued": due in account.lost}
+             for due in sorted(account.fired | account.lost)]
+    if math.isinf(account.counted):
+        return fires
+    return [*fires, {"kind": "counted", "file": file, "mtime": mtime, "until": account.counted}]
+
+
+def _journal_line(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape")
+
+
+class _Journal:
+    """An append-only file beside the lock: what this harness started, ended
+    and has still to tell, each written before it acts, so that the next
+    harness (a restart, a standby) knows exactly what a dead one left, with
+    no guess from the lock file's heartbeat: the runs it cut short (and the
+    commands still running for them), the runs that ended while their files
+    were not deleted yet, the notices it did not send, and which periodic
+    occurrences it fired.  Each record is one ``write`` on an ``O_APPEND``
+    descriptor, so a process's death loses nothing written (power loss may).
+
+    A harness reads what the last one left (``left``), acts on it, then
+    starts the file anew with what it carries over (``begin``); while it
+    runs, the file is rewritten with only what is still open whenever it
+    outgrows _JOURNAL_COMPACT (``compact``).  A journal that cannot be
+    written is logged once and never stops events."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, _JOURNAL_NAME)
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._size = 0
+        self._ids = itertools.count(1)
+        self._broken = False
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def left(self) -> _Left:
+        """What the journal holds now: what the last harness left."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return _Left()
+        except OSError as exc:
+            log.error("cannot read the journal %s (%s); what the last harness left is unknown",
+                      self.path, exc.strerror or exc)
+            return _Left()
+        with open(fd, "rb") as file:
+            return _fold(file.read())
+
+    def begin(self, carried: list[dict[str, Any]]) -> None:
+        """Start the file anew: this harness, then the records ``carried`` over."""
+        with self._lock:
+            self._replace([{"kind": "harness", "pid": os.getpid(), "machine": _machine()}, *carried])
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record, whole or not at all."""
+        line = _journal_line(record)
+        with self._lock:
+            if self._fd is None:
+                return
+            try:
+                written = os.write(self._fd, line)
+                if written != len(line):
+                    os.ftruncate(self._fd, self._size)
+                    raise OSError(f"only {written} of {len(line)} bytes written")
+            except OSError as exc:
+                self._failed(exc)
+                return
+            self._size += written
+            self._recovered()
+
+    def compact(self) -> None:
+        """Rewrite the file with only what is still open, once it has grown
+        (the scheduler thread, just after a heartbeat: what fell due before
+        it is no concern of the next harness's)."""
+        if self._size <= _JOURNAL_COMPACT:
+            return
+        with self._lock:
+            try:
+                with open(self.path, "rb") as file:
+                    left = _fold(file.read())
+            except OSError as exc:
+                self._failed(exc)
+                return
+            self._replace([{"kind": "harness", "pid": os.getpid(), "machine": _machine()}, *left.open])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def _replace(self, records: list[dict[str, Any]]) -> None:
+        """Write ``records`` to a new file and rename it over the journal: a
+        crash leaves the old one or the new one, whole."""
+        data = b"".join(map(_journal_line, records))
+        new = self.path + ".new"
+        try:
+            fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(new, self.path)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as exc:
+            self._failed(exc)
+            return
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd, self._size = fd, len(data)
+        self._recovered()
+
+    def _failed(self, exc: OSError) -> None:
+        if not self._broken:
+            log.error("cannot write the journal %s (%s); a harness that takes over after a crash will know "
+                      "less of what ran", self.path, exc.strerror or exc)
+            self._broken = True
+
+    def _recovered(self) -> None:
+        if self._broken:
+            log.warning("the journal %s is written again", self.path)
+            self._broken = False
+
+
+# The run being performed on this thread, for the --exec supervisor to journal its
+# command's session under: set by _Files.perform around the handler.
+_running = threading.local()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1710,6 +2077,7 @@ class _Job:
     sig: _Sig | None = None
     digest: int | None = None
     due: float | None = None       # the occurrence's due time, for the history
+    id: int | None = None          # in the journal
 
     @property
     def occurrence(self) -> Event:
@@ -1826,10 +2194,16 @@ class _Channels:
             channel.waiting.remove(job)  # a channel left empty is ready: its worker retires it
             return True
 
-    def is_waiting(self, job: _Job) -> bool:
+    def merge(self, job: _Job, final: bool) -> bool:
+        """Fold a new occurrence into ``job`` if it still waits (its file goes
+        after it, if ``final``); False if it started or was dropped.  Under the
+        lock: a worker takes a job, and reads it, only under it."""
         with self._lock:
             channel = self._queues.get(job.channel)
-            return channel is not None and job in channel.waiting
+            if channel is None or job not in channel.waiting:
+                return False
+            job.final |= final
+            return True
 
     def waiting(self, channel_id: str) -> int:
         with self._lock:
@@ -2230,10 +2604,12 @@ class _Files:
 
     def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: _History | None,
                  handler: Callable[[Event], object], on_error: Callable[[Event, BaseException], object],
-                 max_queued: int, notify: bool) -> None:
+                 max_queued: int, notify: bool, clock: Callable[[], float]) -> None:
         self.directory = directory
         self.schedule = _Schedule()
         self.history = history
+        self.journal = _Journal(directory)
+        self._clock = clock
         self._known: dict[str, _File] = {}
         self._scanner = scanner
         self._channels = channels
@@ -2274,6 +2650,79 @@ class _Files:
             job = self._finished.popleft()
             self._guarded(job.occurrence.filename, self._delete_after_run, job)
 
+    def recover(self) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]]]:
+        """Take over what the journal says the last harness left (at start-up,
+        before anything runs): stop what is left of the runs it cut short and
+        record them, delete the files of runs that ended, put back a file it
+        was deleting or renaming; then start the journal anew.  Returns the
+        periodic files' accounts, for the start-up's judge, and the notices
+        it did not send, to send once the directory has been judged."""
+        left = self.journal.left()
+        self._put_back_taken()
+        for run in left.cut:
+            self._cut_short(run, left)
+        for run in left.ran:
+            self._delete_ran(run)
+        notices = []
+        for notice in left.notices:  # one whose file is still there as it was is told again by its judge
+            path = os.path.join(self.directory, notice["file"])
+            if notice["sig"] is None or _stat_entry(path) != _Entry(tuple(notice["sig"])):
+                notices.append({**notice, "id": self.journal.next_id()})
+        carried = [record for version, account in left.accounts.items()
+                   for record in _account_records(version, account)]
+        self.journal.begin(carried + notices)
+        return left.accounts, notices
+
+    def resend(self, notices: list[dict[str, Any]]) -> None:
+        """Queue the notices a harness that died did not send (``recover``)."""
+        for notice in notices:
+            event = Event(**notice["event"])
+            log.info("%s: sending the %s the last harness did not send", event.filename, _NOTICES[event.type])
+            self._put(_Job(event.channel_id, event=event, id=notice["id"]))
+
+    def _put_back_taken(self) -> None:
+        """A file the last harness was deleting or renaming when it died is
+        under its private name still: give it its own back (unless a newer
+        file has it), to be judged as any other."""
+        try:
+            with os.scandir(self.directory) as entries:
+                taken = [entry.name for entry in entries if entry.name.endswith(_TAKEN) and entry.name.startswith(".")]
+        except OSError:  # the scan says what is wrong with the directory
+            return
+        for name in taken:
+            self._put_back(os.path.join(self.directory, name),
+                           os.path.join(self.directory, name[1:].removesuffix(_TAKEN)))
+
+    def _cut_short(self, run: dict[str, Any], left: _Left) -> None:
+        """A run the last harness started and never ended: stop what is left
+        of its command, if any, and record it."""
+        detail = f"cut short: the harness (process {left.pid}) died while it ran"
+        if run.get("sid") is not None:
+            if left.machine and left.machine == _machine():
+                stopped = _stop_session(run["sid"], run["start"])
+                if stopped:
+                    detail += f"; stopped the {stopped} process{'es' if stopped > 1 else ''} its command left"
+            else:
+                detail += "; its command ran on another machine or in another container, which stops it"
+        if run["type"] in _NOTICES:
+            detail += "; it is sent again"
+        elif run["type"] != "periodic":
+            detail += "; its file stays, so it runs again"
+        log.warning("%s: %s", run["file"], detail)
+        self._record("interrupted", run["file"], type=run["type"], channelId=run["channelId"], dueAt=run["due"],
+                     detail=detail)
+
+    def _delete_ran(self, run: dict[str, Any]) -> None:
+        """A run that ended before the last harness died, whose file it had
+        yet to delete: delete it now, if it is still the file that ran."""
+        sig = tuple(run["sig"])
+        f = _File(run["file"], sig)
+        if _stat_entry(os.path.join(self.directory, f.name)) == _Entry(f.sig) and self._delete(f, f.sig):
+            log.info("%s: it ran before the last harness died, which had yet to delete it: deleted", f.name)
+            if run["type"] == "periodic":
+                self._record("ended", f.name, type="periodic", channelId=run["channelId"],
+                             detail="its last occurrence has run")
+
     def _changed(self, name: str, sig: _Sig, now: float, first_look: _Startup | None = None) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
         f = self._known.get(name)
@@ -2307,7 +2756,9 @@ class _Files:
         except _NeedsCroniter as exc:  # said once, as above
             f.event = None
             log.error("%s; leaving the file in place", exc)
-            self._record_invalid(f.name, exc.reason + "; the file stays", data)
+            written = _as_written(data)
+            self._record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"),
+                         detail=exc.reason + "; the file stays")
             return
         except EventError as exc:
             f.event = None
@@ -2350,22 +2801,25 @@ class _Files:
         taken = self._take(f, f.sig, f.digest)
         if taken is None:
             return
-        rejected = f.name + ".rejected"
+        rejected, written = f.name + ".rejected", _as_written(data)
+        notice = self._announce(f, _rejected_event(f.name, reason, written,
+                                                   f"The file is now {rejected}: fix it and move it back to {f.name}."))
         try:
             os.replace(taken, os.path.join(self.directory, rejected))
         except OSError as exc:
             log.error("%s: %s; cannot rename it to %s (%s), so deleting it",
                       f.name, reason, rejected, exc.strerror or exc)
-            fate: str | None = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
+            self._retract(notice)
+            fate = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
+            notice = self._announce(f, _rejected_event(f.name, reason, written, fate))
             if not self._unlink_taken(f, taken):
-                fate = None  # it said why; it never runs in this process
+                self._retract(notice)  # it said why; it never runs in this process
+                notice = None
         else:
             log.error("%s: %s; renamed to %s", f.name, reason, rejected)
-            fate = f"The file is now {rejected}: fix it and move it back to {f.name}."
             self._gone(f.name)
-        written = self._record_invalid(f.name, reason, data)
-        if fate is not None:
-            self._tell(_rejected_event(f.name, reason, written, fate))
+        self._record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"), detail=reason)
+        self._tell(notice)
 
     def _guarded(self, name: str, step: Callable[[*_Ts], None], *args: *_Ts) -> None:
         """One file's step.  An unexpected error in it is that file's alone:
@@ -2399,6 +2853,7 @@ class _Files:
                       f"running{caught}")
             log.info("%s: %s", f.name, detail)
             self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
+            self.journal.write({"kind": "counted", "file": f.name, "mtime": f.sig[3], "until": now})
         if verdict.action == "schedule":
             if verdict.catch_up is not None:
                 self._enqueue(f, verdict.catch_up, verdict.late, final=False)
@@ -2413,10 +2868,15 @@ class _Files:
         else:
             log.info("%s: %s; deleting it without running", f.name, verdict.reason)
             self._record(verdict.outcome, f.name, event, dueAt=verdict.due)
-            if self._delete(f) and verdict.outcome == "missed":
+            notice = None
+            if verdict.outcome == "missed":
                 # the judge's contract: only a first look misses, and what was missed was due
                 assert verdict.due is not None and f.first_look is not None
-                self._tell(_missed_notice(event, verdict.due, f.first_look))
+                notice = self._announce(f, _missed_notice(event, verdict.due, f.first_look))
+            if self._delete(f):
+                self._tell(notice)
+            else:
+                self._retract(notice)
 
     def _fire(self, f: _File, due: float, now: float) -> None:
         event = f.parsed
@@ -2437,34 +2897,62 @@ class _Files:
         the ``final`` one has run, the file is deleted."""
         event = f.parsed
         final = event.type != "periodic" if final is None else final
-        if f.queued is not None and self._channels.is_waiting(f.queued):
+        occurrence = replace(event, due=_aware(event, due), late=late)
+        job = _Job(event.channel_id, event=occurrence, generation=self.schedule.generation(f.name),
+                   sig=f.sig, digest=f.digest, due=due, final=final, id=self.journal.next_id())
+        if f.queued is not None and self._channels.merge(f.queued, final):  # that one is the last now, if final
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
                      f.name, event.channel_id)
             self._record("coalesced", f.name, event, dueAt=due, detail="its previous occurrence is still waiting")
-            f.queued.final |= final  # that one is the last now
+            self._fired(job, queued=False)
             return
-        occurrence = replace(event, due=_aware(event, due), late=late)
-        job = _Job(event.channel_id, event=occurrence, generation=self.schedule.generation(f.name),
-                   sig=f.sig, digest=f.digest, due=due, final=final)
         outcome = self._put(job)
         if outcome == "queued":
             f.queued = job
         elif outcome == "full" and final and self._delete(f) and event.type == "periodic":
             self._record("ended", f.name, event, detail="its last occurrence was discarded: the queue was full")
 
-    def _tell(self, notice: Event | None) -> None:
-        """A notice to the agent about one of its files (rejected, missed):
-        on the channel the file names, unless notices are turned off."""
-        if notice is not None and self._notify:
-            self._put(_Job(notice.channel_id, event=notice))
+    def _announce(self, f: _File, notice: Event | None) -> _Job | None:
+        """A notice to the agent about one of its files (rejected, missed), on
+        the channel the file names, unless notices are turned off: journaled
+        before the file is renamed or deleted, so that it is sent even if the
+        harness dies then (``_tell`` queues it, ``_retract`` takes it back)."""
+        if notice is None or not self._notify:
+            return None
+        job = _Job(notice.channel_id, event=notice, id=self.journal.next_id())
+        fields = {"filename": notice.filename, "type": notice.type, "channel_id": notice.channel_id,
+                  "text": notice.text, "at": notice.at, "schedule": notice.schedule, "timezone": notice.timezone}
+        self.journal.write({"kind": "notice", "id": job.id, "file": f.name, "sig": list(f.sig), "event": fields})
+        return job
+
+    def _tell(self, notice: _Job | None) -> None:
+        if notice is not None:
+            self._put(notice)
+
+    def _retract(self, notice: _Job | None) -> None:
+        if notice is not None:
+            self.journal.write({"kind": "end", "id": notice.id, "ran": False})
+
+    def _fired(self, job: _Job, queued: bool) -> None:
+        """Journal a periodic occurrence as queued, or as merged, discarded or
+        withdrawn (not missed, whatever becomes of the harness)."""
+        if job.occurrence.type == "periodic" and job.due is not None and job.sig is not None:
+            self.journal.write({"kind": "fire", "file": job.occurrence.filename, "mtime": job.sig[3],
+                                "due": job.due, "queued": queued})
 
     def _put(self, job: _Job) -> str:
         """Onto its channel's queue: "queued", "full" (discarded, and said
         so) or "closed" (the watcher stops: nothing is queued or recorded,
         and the file stays for the next start)."""
         event = job.occurrence
-        outcome = self._channels.put(job, lambda: self._record("queued", event.filename, event, dueAt=job.due))
+
+        def admitted() -> None:  # before the job can start: its run's records come after these
+            self._record("queued", event.filename, event, dueAt=job.due)
+            self._fired(job, queued=True)
+
+        outcome = self._channels.put(job, admitted)
         if outcome == "full":
+            self._fired(job, queued=False)
             log.warning("%s: channel %s already has %d events waiting; discarding this %s",
                         event.filename, event.channel_id, self._max_queued,
                         _NOTICES.get(event.type, "occurrence"))
@@ -2477,6 +2965,8 @@ class _Files:
         with ``why``, what was pending goes to the history as cancelled."""
         due, queued = self.schedule.due(f.name), f.queued
         withdrawn = queued is not None and self._channels.withdraw(queued)
+        if withdrawn and queued is not None:
+            self._fired(queued, queued=False)
         if why and f.event is not None and (due is not None or withdrawn):
             self._record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
                          detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
@@ -2493,29 +2983,48 @@ class _Files:
     # -- running an event, and deleting its file ---------------------------------
 
     def dropped(self, job: _Job) -> None:
-        """A job dropped from its queue as the watcher stops (any thread)."""
+        """A job dropped from its queue as the watcher stops (any thread).  A
+        notice stays in the journal, for the next harness to send."""
         if job.event is not None:
+            self._fired(job, queued=False)
             self._record("cancelled", job.event.filename, job.event, dueAt=job.due,
                          detail="the harness stopped before it ran" +
-                                ("" if job.event.type in _NOTICES else "; the file stays"))
+                                ("; it is sent at the next start" if job.event.type in _NOTICES and job.id else
+                                 "" if job.event.type in _NOTICES else "; the file stays"))
 
     def perform(self, job: _Job) -> None:
-        """A worker runs one occurrence: the handler (on_error if it raised)
-        and its history lines; its file is the writer's to delete."""
+        """A worker runs one occurrence: the handler (on_error if it raised),
+        its journal records and history lines; its file is the writer's to
+        delete.  How late it runs is measured now, as it starts."""
         event = job.occurrence
-        self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
         started = time.time()
-        finished, error = self._execute(job)
+        if job.due is not None and (event.late is not None or self._clock() - job.due >= _LATE):
+            event = replace(event, late=max(0.0, self._clock() - job.due))
+        self.journal.write({"kind": "run", "id": job.id, "file": event.filename, "type": event.type,
+                            "channelId": event.channel_id, "due": job.due,
+                            "sig": None if job.sig is None else list(job.sig), "final": job.final})
+        self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
+        _running.session = functools.partial(self._session, job)
+        try:
+            finished, error = self._execute(event)
+        finally:
+            _running.session = None
+        self.journal.write({"kind": "end", "id": job.id, "ran": finished})
         self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
                      startedAt=started, finishedAt=time.time(), detail=error)
         if finished and job.final:
             self._finished.append(job)
 
-    def _execute(self, job: _Job) -> tuple[bool, str | None]:
+    def _session(self, job: _Job, sid: int) -> None:
+        """The run's --exec command is process session ``sid``: journaled
+        before the command may start, so that whoever takes over from a dead
+        harness can stop it."""
+        self.journal.write({"kind": "session", "id": job.id, "sid": sid, "start": _process_start(sid)})
+
+    def _execute(self, event: Event) -> tuple[bool, str | None]:
         """Run the handler; whatever it raises goes to on_error, never further.
         Returns whether it ran to its end (not when cut short at shutdown:
         then its file stays) and what went wrong, in one line, if anything."""
-        event = job.occurrence
         try:
             self._channels.call(self._handler, event)
         except _Interrupted as exc:
@@ -2563,7 +3072,7 @@ class _Files:
         has the name (put back if it was moved, for the next scan to read)
         or none has."""
         path = os.path.join(self.directory, f.name)
-        taken = os.path.join(self.directory, f".{f.name}.mom_events-taken")
+        taken = os.path.join(self.directory, f".{f.name}{_TAKEN}")
         try:
             if not self._still(path, sig, digest):
                 self._scanner.forget(f.name)
@@ -2639,13 +3148,6 @@ class _Files:
         if self.history is not None:
             self.history.record(outcome, filename, event, **fields)
 
-    def _record_invalid(self, filename: str, reason: str, data: bytes) -> dict[str, str]:
-        """The ``invalid`` line, with the type and channel the file gives, as
-        written; returns what the file says of itself."""
-        written = _as_written(data)
-        self._record("invalid", filename, type=written.get("type"), channelId=written.get("channelId"),
-                     detail=reason)
-        return written
 
 
 class EventsWatcher:
@@ -2693,7 +3195,7 @@ class EventsWatcher:
         self._channels.loop = loop
         self._files = _Files(self.events_dir, self._scanner, self._channels,
                              _History(history) if history is not None else None,
-                             handler, on_error or _log_error, max_queued, notify and notify_rejected)
+                             handler, on_error or _log_error, max_queued, notify and notify_rejected, clock)
         self._schedule = self._files.schedule
         self._misfire_grace = misfire_grace
         self._first_look: _Startup | None = None  # until a look at the directory succeeds
@@ -2804,13 +3306,16 @@ class EventsWatcher:
         stale)."""
         self.active = True
         down_since = _down_since(trace, now)
+        last_alive = None if trace is None or down_since is None else min(now, trace[0])
         grace = self._misfire_grace
         if down_since is None and waiting_since is not None:  # a standby for a harness that leaves no trace
             grace = max(grace, _TAKEOVER_GRACE)
         stale_before = waiting_since if down_since is None and waiting_since is not None else now
-        self._first_look = _Startup(now, down_since, stale_before, grace)
+        accounts, notices = self._files.recover()  # before anything runs
+        self._first_look = _Startup(now, down_since, stale_before, grace, last_alive, accounts)
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
+        self._files.resend(notices)
         self._scanner.beat()  # only now: killed during its start-up, it leaves the previous trace
 
     def _stand_by(self) -> None:
@@ -2865,6 +3370,7 @@ class EventsWatcher:
                     next_poll = mono + self._poll_interval
                     if mono >= next_beat:
                         self._scanner.beat()  # the lock file's mtime: when this harness was last alive
+                        self._files.journal.compact()  # what fell due before the beat is no concern of the next
                         next_beat = mono + _HEARTBEAT
                 self._schedule.notice_clock_step(now, mono)
                 upcoming = self._tick(now, polling)
@@ -2929,6 +3435,7 @@ class EventsWatcher:
         self._files.settle()
         if self._files.history is not None:
             self._files.history.close()
+        self._files.journal.close()
         self._scanner.release()
         self.active = False
 
@@ -3195,8 +3702,6 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
 
 # -- --exec: one command per event ------------------------------------------
 
-_KILL_AFTER = 5.0      # seconds between SIGTERM and SIGKILL for a command's group
-_KILL_WAIT = 2.0       # seconds to wait for the group after SIGKILL before giving up on it
 _LEFTOVER_GRACE = 0.2  # seconds a finished command's children have to leave its session (setsid -f)
 _LINE_LIMIT = 1 << 16  # a longer line of command output is logged in pieces
 _ENV_LIMIT = 1 << 16   # bytes in a MOM_EVENT_* value; Linux takes 128 KiB a variable, 2 MiB in all
@@ -3234,53 +3739,16 @@ def _env_value(text: str) -> bytes:
     return data[:cut] + marker
 
 
-def _run_members(sid: int) -> list[int]:
-    """The live processes of a run: its session ``sid`` (the shell started
-    one), whatever process group they moved to (GNU timeout, shells with job
-    control do); only ``setsid`` leaves it.  Zombies do not count: what a
-    shell leaves behind is reparented to PID 1, which in a container may reap
-    late or never, and a zombie runs nothing.  (A child subreaper could reap
-    them itself, but would then have to reap every daemon the commands start,
-    setsid ones too.)  Without /proc, the session's first group is all that
-    can be seen."""
-    try:
-        pids = [name for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        try:
-            os.killpg(sid, 0)
-        except ProcessLookupError:
-            return []
-        except PermissionError:
-            pass
-        return [sid]
-    members = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as file:
-                state, _, _, session = file.read().rsplit(b")", 1)[1].split()[:4]
-        except (OSError, ValueError):  # gone meanwhile
-            continue
-        if int(session) == sid and state not in (b"Z", b"X"):
-            members.append(int(pid))
-    return members
-
-
 # A command's output stream as it is relayed: its log level, and a line not yet ended.
 _Stream: TypeAlias = tuple[int, bytearray]
 
 
-def _signal_run(proc: subprocess.Popen[bytes], signum: int) -> None:
-    """Signal every process of the run: its group, and the members of its
-    session that moved to groups of their own."""
-    for pid in _run_members(proc.pid):
-        try:
-            os.kill(pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        os.killpg(proc.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+# A command starts only once its session is in the journal: the shell that
+# starts it first reads the line "go" from stdin, which the supervisor writes
+# after journaling; if the harness dies before, the shell reads the end of
+# stdin and exits unrun.  Then it becomes the command (exec: the same process,
+# in the same session), which reads the message after that line.
+_GATE = 'IFS= read -r go && [ "$go" = go ] || exit 125; exec /bin/sh -c "$1"'
 
 
 class _Commands:
@@ -3317,12 +3785,15 @@ class _Commands:
             if self._stopped:
                 raise _Interrupted("not started: the harness is shutting down")
             try:
-                proc = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=subprocess.PIPE,
+                proc = subprocess.Popen(["/bin/sh", "-c", _GATE, "/bin/sh", self.command], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                         start_new_session=True)
             except OSError as exc:
                 raise _CommandFailed(f"cannot start the command: {exc}") from None
             self._deadlines[proc] = time.monotonic() + self.timeout if self.timeout else math.inf
+        journal = getattr(_running, "session", None)
+        if journal is not None:
+            journal(proc.pid)  # before the gate opens
         try:
             killed = self._supervise(proc, event)
         finally:
@@ -3355,7 +3826,7 @@ class _Commands:
         locked = self._lock.acquire(timeout=1.0)
         try:
             for proc in list(self._deadlines):
-                _signal_run(proc, signal.SIGKILL)
+                _signal_session(proc.pid, signal.SIGKILL)
         finally:
             if locked:
                 self._lock.release()
@@ -3369,7 +3840,7 @@ class _Commands:
         stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
         if stdin is None or stdout is None or stderr is None:
             raise ValueError("the command's standard streams must be pipes")  # __call__ makes them so
-        pending = _command_bytes(event.message + "\n")
+        pending = b"go\n" + _command_bytes(event.message + "\n")  # the gate's line first
         streams = {stdout.fileno(): (logging.INFO, bytearray()),
                    stderr.fileno(): (logging.WARNING, bytearray())}
         killed, stopping, kill_at, give_up_at, exited_at = None, False, math.inf, math.inf, math.inf
@@ -3393,10 +3864,10 @@ class _Commands:
                                     "(a program meant to outlive its run starts with setsid)", event.filename)
                     else:
                         killed = "shutdown" if deadline == -math.inf else "timeout"
-                    _signal_run(proc, signal.SIGTERM)
+                    _signal_session(proc.pid, signal.SIGTERM)
                     stopping, kill_at = True, now + _KILL_AFTER
                 elif now >= kill_at:
-                    _signal_run(proc, signal.SIGKILL)
+                    _signal_session(proc.pid, signal.SIGKILL)
                     kill_at, give_up_at = math.inf, now + _KILL_WAIT
                 elif now >= give_up_at:
                     log.error("%s: processes of the command outlive SIGKILL; no longer waiting "

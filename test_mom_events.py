@@ -2564,8 +2564,11 @@ class ClockStepTest(unittest.TestCase):
         h.write("a.json", one_shot(utc(2025, 1, 1, 9, 1).timestamp(), text="a"))
         h.write("b.json", one_shot(utc(2025, 1, 1, 9, 2).timestamp(), "C2", text="b"))
         h.start()
-        h.step(utc(2025, 1, 1, 9, 1).timestamp() + 0.999)  # the thread woke late, but not a second late
-        h.step(utc(2025, 1, 1, 9, 2).timestamp() + 1.0)  # a second: the machine slept, or the clock stepped
+        h.now = utc(2025, 1, 1, 9, 1).timestamp() + 0.999  # the thread woke late, but not a second late
+        h.step(h.now)
+        h.run_workers()
+        h.now = utc(2025, 1, 1, 9, 2).timestamp() + 1.0  # a second: the machine slept, or the clock stepped
+        h.step(h.now)
         h.run_workers()
         self.assertEqual([(e.text, e.late) for _, e in h.fired], [("a", None), ("b", 1.0)])
         self.assertTrue(h.fired[1][1].message.endswith("] (late by 1 s) b"), h.fired[1][1].message)
@@ -2627,7 +2630,8 @@ class EndToEndTest(unittest.TestCase):
             self.assertTrue(wait_for(lambda: len(fired) == 2))
         self.assertEqual([e.filename for _, e in fired], ["now.json", "soon.json"])
         self.assertGreaterEqual(fired[1][0], due)
-        self.assertTrue(wait_for(lambda: [p.name for p in self.dir.iterdir()] == [".mom_events.lock"]))
+        self.assertTrue(wait_for(lambda: sorted(p.name for p in self.dir.iterdir())
+                                 == [".mom_events.journal", ".mom_events.lock"]))
 
     def test_one_at_a_time_per_channel_concurrent_across_channels(self):
         active, peak, order = {}, {}, []
@@ -2684,7 +2688,7 @@ class EndToEndTest(unittest.TestCase):
         release.set()
         self.assertEqual(w.stop(timeout=10), [])
         remaining = sorted(p.name for p in self.dir.iterdir())
-        self.assertEqual(remaining, [".mom_events.lock", "q1.json", "q2.json"])
+        self.assertEqual(remaining, [".mom_events.journal", ".mom_events.lock", "q1.json", "q2.json"])
 
     def test_no_thread_is_left_behind(self):
         before = threading.active_count()
@@ -3122,7 +3126,7 @@ class CommandPartsTest(unittest.TestCase):
         with mock.patch.object(mom_events.os, "listdir", no_proc):
             self.assertEqual(mom_events._run_members(shell.pid), [shell.pid])
             self.assertFalse(wait_for(lambda: not (alive(shell.pid) and alive(child)), 0.3))  # asking is not signalling
-            mom_events._signal_run(shell, signal.SIGTERM)
+            mom_events._signal_session(shell.pid, signal.SIGTERM)
             self.assertTrue(wait_for(lambda: not alive(child), 5), "the shell's child was spared")
             gone = subprocess.Popen(["true"], start_new_session=True)
             gone.wait()
@@ -3253,7 +3257,7 @@ class CommandPartsTest(unittest.TestCase):
     def test_a_finished_run_is_not_signalled_at_the_end(self):
         commands = mom_events._Commands("true", None)
         commands(self.event())
-        with mock.patch.object(mom_events, "_signal_run") as signal_run:
+        with mock.patch.object(mom_events, "_signal_session") as signal_run:
             commands.kill_all()  # its pid may belong to another process by now
         signal_run.assert_not_called()
 
@@ -3557,7 +3561,7 @@ class SupervisionTest(CliCase):
         commands = mom_events._Commands("exit 0", None)
         finished = []
         with mock.patch.object(mom_events, "_run_members", return_value=[os.getpid()]), \
-                mock.patch.object(mom_events, "_signal_run"), \
+                mock.patch.object(mom_events, "_signal_session"), \
                 mock.patch.object(mom_events, "_KILL_AFTER", 0.2), mock.patch.object(mom_events, "_KILL_WAIT", 0.2), \
                 self.assertLogs("mom_events", "WARNING") as logs:
             runner = threading.Thread(target=lambda: finished.append(commands(Event("a.json", "immediate", "C", "x"))),
@@ -4161,6 +4165,8 @@ class DowntimeCliTest(CliCase):
         self.stopped_ago(5.5)
         self.put("fast.json", {**periodic("* * * * * *", "C1", "caught up"), "catchUp": True})
         self.put("slow.json", periodic("* * * * * *", "C2", "not caught up"))
+        for name in ("fast.json", "slow.json"):  # written before the last harness stopped
+            os.utime(self.events / name, (time.time() - 60, time.time() - 60))
         cli = self.serve("--json")
         time.sleep(1.6)
         cli.signal(signal.SIGTERM)
@@ -6367,7 +6373,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertTrue((self.dir / "second.json").exists())
         dropped = {r["filename"]: r["detail"] for r in records if r["outcome"] == "cancelled"}
         self.assertEqual(dropped, {"second.json": "the harness stopped before it ran; the file stays",
-                                   "bad.json": "the harness stopped before it ran"})  # a notice has no file
+                                   "bad.json": "the harness stopped before it ran; it is sent at the next start"})
 
     def test_the_directory_is_let_go_only_after_the_schedulers_last_step(self):
         w = EventsWatcher(self.dir, lambda event: None, poll_interval=0.02)
@@ -6557,7 +6563,7 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         h.tick(h.now + 0.1)
         h.tick(h.now + 0.1)
         self.assertEqual(h.texts(), ["first", "second"])
-        self.assertEqual(os.listdir(h.dir), [])  # nothing left under a private name
+        self.assertEqual(os.listdir(h.dir), [".mom_events.journal"])  # nothing left under a private name
 
     def test_a_file_removed_as_the_one_that_ran_is_moved_away_is_no_error(self):
         h = Harness(self)
@@ -6571,7 +6577,7 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         with mock.patch.object(mom_events.os, "rename", removed_first), self.assertNoLogs("mom_events", "WARNING"):
             h.tick(h.now + 0.1)
             h.tick(h.now + 0.1)
-        self.assertEqual((h.texts(), os.listdir(h.dir)), (["first"], []))
+        self.assertEqual((h.texts(), os.listdir(h.dir)), (["first"], [".mom_events.journal"]))
 
     def test_a_taken_file_is_put_back_by_a_link_or_else_a_rename_and_never_over_a_newer_one(self):
         d = temp_dir(self, "mom_events_putback_")
@@ -7015,7 +7021,7 @@ class DowntimeTest(unittest.TestCase):
         h = self.harness(60)
         last = datetime.fromtimestamp(h.now - 20, UTC)
         h.write("once.json", {**periodic(f"{last.second} {last.minute} {last.hour} {last.day} {last.month} * "
-                                         f"{last.year}", text="last"), "catchUp": True})
+                                         f"{last.year}", text="last"), "catchUp": True}, mtime=h.down_since - 60)
         with self.assertLogs("mom_events", "INFO"):
             self.start(h)
         self.assertEqual([(e.text, e.late) for _, e in h.fired], [("last", 20.0)])
@@ -7040,9 +7046,9 @@ class DowntimeTest(unittest.TestCase):
 
     def test_catch_up_runs_the_latest_missed_occurrence_once_late(self):
         h = self.harness(10.5)
-        h.write("fast.json", {**periodic("* * * * * *", "C1", "every second"), "catchUp": True})
-        h.write("slow.json", periodic("* * * * * *", "C2", "no catch-up"))
-        h.write("once.json", periodic("*/10 * * * * *", "C3", "every 10 s"))  # 08:59:50 missed
+        h.write("fast.json", {**periodic("* * * * * *", "C1", "every second"), "catchUp": True}, mtime=h.now - 60)
+        h.write("slow.json", periodic("* * * * * *", "C2", "no catch-up"), mtime=h.now - 60)
+        h.write("once.json", periodic("*/10 * * * * *", "C3", "every 10 s"), mtime=h.now - 60)  # 08:59:50 missed
         with self.assertLogs("mom_events", "INFO") as logs:
             self.start(h)
         self.assertEqual([(e.filename, e.late, e.due) for _, e in h.fired],
@@ -7057,7 +7063,7 @@ class DowntimeTest(unittest.TestCase):
 
     def test_catch_up_counts_many_missed_occurrences_quickly(self):
         h = self.harness(86400 * 3)
-        h.write("fast.json", {**periodic("* * * * * *"), "catchUp": True})
+        h.write("fast.json", {**periodic("* * * * * *"), "catchUp": True}, mtime=h.down_since - 60)
         with self.assertLogs("mom_events", "INFO") as logs:
             self.start(h)
         self.assertEqual([e.due.timestamp() for _, e in h.fired], [h.now - 1])
