@@ -353,6 +353,9 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
             raise EventError(filename, f'"{key}" is for {owners} events, not {kind} ones')
     ignored = [key for key in obj if key not in _ALL_FIELDS]
     channel_id = _string_field(obj, "channelId", filename)
+    if _has_whitespace(channel_id):  # printed, it would end the CLI's channel field: a line could be forged
+        raise EventError(filename, f'"channelId" {_clip(channel_id)!r} contains whitespace '
+                                   "(a chat platform's channel ID has none)")
     text = _string_field(obj, "text", filename)
     zone = _optional_string(obj, "timezone", filename)
     try:
@@ -393,6 +396,10 @@ def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
         _compile_cron(schedule)
     return Event(filename, "periodic", channel_id, text, schedule=schedule, timezone=zone, catch_up=catch_up,
                  every=every, start=start, until=until)
+
+
+def _has_whitespace(text: str) -> bool:
+    return any(char.isspace() for char in text)
 
 
 def _optional_string(obj: dict[str, object], key: str, filename: str) -> str | None:
@@ -451,7 +458,7 @@ def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: s
     """The event that tells the agent, on the channel its file names, that
     the file was rejected, why, and what became of it; None without one."""
     channel = written.get("channelId", "")
-    if not channel.strip():
+    if not channel or _has_whitespace(channel):  # none, or not a channel: the file says nothing to tell
         return None
     return Event(filename, "rejected", channel, f"{reason.rstrip('.')}. {fate}",
                  at=written.get("at"), schedule=written.get("schedule"), timezone=written.get("timezone"))
@@ -3184,8 +3191,9 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
         fired_at = time.time()
         if as_json:
             line = _event_json(event, fired_at)
-        else:
-            line = f"{_iso(fired_at)} {_one_line(event.channel_id)} {_one_line(event.message)}"
+        else:  # a ] in the name is escaped too: the [EVENT:...] tag ends at its first ]
+            tagged = replace(event, filename=event.filename.replace("]", r"\x5d"))
+            line = f"{_iso(fired_at)} {_one_line(event.channel_id)} {_one_line(tagged.message)}"
         with lock:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
