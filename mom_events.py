@@ -1174,11 +1174,25 @@ def _is_racy(seen_ns: int, mtime_ns: int) -> bool:
     return seen_ns - mtime_ns < tick
 
 
-def _list(directory: str) -> dict[str, int]:
-    """The event names in the directory and their inode numbers, which
-    scandir reads from the directory entries themselves, without a stat."""
+def _list(directory: str, own: str | None = None) -> dict[str, int]:
+    """The event names in the directory, but ``own`` (``_own_name``), and
+    their inode numbers, which scandir reads from the directory entries
+    themselves, without a stat."""
     with os.scandir(directory) as entries:
-        return {entry.name: entry.inode() for entry in entries if _is_event_name(entry.name)}
+        return {entry.name: entry.inode() for entry in entries if _is_event_name(entry.name) and entry.name != own}
+
+
+def _own_name(directory: str, history: str | None) -> str | None:
+    """The history's name when it lies in ``directory`` (the same directory,
+    however spelled): the harness's own file, which it never reads as an
+    event, even when it is named like one."""
+    if history is None:
+        return None
+    head, name = os.path.split(history)
+    try:
+        return name if os.path.samefile(head or ".", directory) else None
+    except OSError:  # its directory does not exist: it is not this one
+        return None
 
 
 def _relisted(old: dict[str, int], new: dict[str, int], stat_all: bool) -> list[str]:
@@ -1370,9 +1384,11 @@ class _Scanner:
     lock: a listing of thousands of names takes a while.  ``forget()`` may be
     called from any thread; the next scan takes it in."""
 
-    def __init__(self, directory: str, poll_interval: float):
+    def __init__(self, directory: str, poll_interval: float, history: str | None = None):
         self.directory = directory
         self._prefix = os.path.join(directory, "")
+        self._history = history
+        self._own: str | None = None            # the history's name, if it lies in the directory
         self._snapshot: dict[str, _Entry] = {}
         self._listing: dict[str, int] = {}      # name -> inode, from the last listing
         self._dir_key: tuple[int, int, int] | None = None   # the directory's (dev, inode, mtime) then
@@ -1403,6 +1419,7 @@ class _Scanner:
         if known.  EventError names the process that holds it."""
         os.makedirs(self.directory, exist_ok=True)
         self._lock = _DirectoryLock(self.directory)
+        self._own = _own_name(self.directory, self._history)
         return self._lock.trace
 
     def beat(self) -> None:
@@ -1499,7 +1516,7 @@ class _Scanner:
         seen: dict[str, _Entry | None] = {}
         if startup or key != self._dir_key or self._dir_racy or not _FAST_SCAN:
             seen_ns = time.time_ns()
-            listing = _list(self.directory)
+            listing = _list(self.directory, self._own)
             for name in _relisted(self._listing, listing, stat_all=not _FAST_SCAN):
                 seen[name] = _stat_entry(prefix + name) if name in listing else None
             if listing.keys() != self._listing.keys():
@@ -2695,7 +2712,7 @@ class EventsWatcher:
         self._poll_interval = poll_interval
         self._clock = clock
         self._needs_loop = _is_async(handler) or _is_async(on_error)
-        self._scanner = _Scanner(self.events_dir, poll_interval)
+        self._scanner = _Scanner(self.events_dir, poll_interval, None if history is None else os.fspath(history))
         self._channels = _Channels(lambda job: self._files.perform(job), max_queued, self._lost_loop)
         self._channels.loop = loop
         self._files = _Files(self.events_dir, self._scanner, self._channels,
@@ -3557,9 +3574,10 @@ def _check(path: str, history: str | None = None) -> int:
     in_directory = os.path.isdir(path)
     try:
         if in_directory:
+            own = _own_name(path, history)
             with os.scandir(path) as entries:
                 names = sorted(entry.name for entry in entries
-                               if _is_event_name(entry.name.removesuffix(".rejected")))
+                               if _is_event_name(entry.name.removesuffix(".rejected")) and entry.name != own)
             files = [(os.path.join(path, name), name) for name in names]
         else:
             os.stat(path)

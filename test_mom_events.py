@@ -1807,9 +1807,9 @@ class ScanTest(unittest.TestCase):
         calls = []
         real = mom_events._list
 
-        def counting(directory):
+        def counting(directory, *rest):
             calls.append(directory)
-            return real(directory)
+            return real(directory, *rest)
         patcher = mock.patch.object(mom_events, "_list", counting)
         patcher.start()
         self.addCleanup(patcher.stop)
@@ -5068,6 +5068,36 @@ class HistoryTest(unittest.TestCase):
         prompt = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--prompt",
                                  "--history", str(path)], capture_output=True, text=True, timeout=60)
         self.assertIn(f"grep -F '\"filename\": \"dentist.json\"' {path} | tail -n 5", prompt.stdout)
+
+
+class HistoryInEventsTest(CliCase):
+    """Issue 30, item 8: a history in the events directory, named like an
+    event, was read as one and renamed .rejected again and again."""
+
+    def test_a_history_in_the_events_directory_is_never_read_as_an_event(self):
+        (self.dir / "link").symlink_to(self.events)  # the same directory by another path
+        for history in (self.events / "history.json", self.dir / "link" / "history.json"):
+            with self.subTest(history=history):
+                for path in self.events.glob("history.json*"):  # what a failed subtest left
+                    path.unlink()
+                cli = self.serve("--history", history)
+                for name in ("a.json", "b.json"):
+                    self.put(name, immediate(text=name))
+                    self.assertTrue(wait_for(lambda: not (self.events / name).exists()))  # noqa: B023
+                time.sleep(1.2)  # past the retries (0.7 s) a bad file would get after the history's last change
+                cli.signal(signal.SIGTERM)
+                self.assertEqual(cli.finish(), 0)
+                self.assertEqual(len(cli.out), 2, cli.out)
+                self.assertFalse([line for line in cli.err if "history.json" in line], cli.err)
+                self.assertEqual(sorted(path.name for path in self.events.iterdir()),
+                                 [".mom_events.lock", "history.json"])
+                records = read_history(history)
+                self.assertEqual([(r["filename"], r["outcome"]) for r in records],
+                                 [(name, outcome) for name in ("a.json", "b.json")
+                                  for outcome in ("queued", "started", "done")])
+                check = self.run_cli(self.events, "--check", "--history", history)
+                self.assertEqual((check.returncode, check.stdout), (0, ""), check.stderr)
+                self.assertEqual(self.run_cli(self.events / "history.json", "--check").returncode, 1)  # named: checked
 
 
 class FakeSlack:
