@@ -2106,9 +2106,10 @@ class _History:
     renamed away (logrotate) is followed to the new one at the path, and one
     truncated in place (``copytruncate``) is appended to at its new end.  A
     history that cannot be written is logged once and never stops events.
-    Every line is whole: a short write (a full disk, a file size limit) is
-    followed by the rest; when that fails, the fragment written stays alone
-    on its own line, which readers skip as unparseable."""
+    Every line parses (jq and pandas stop at one that does not): a short
+    write (a full disk, a file size limit) is followed by the rest, or else
+    rolled back, and a cut line found at the end of the file when it is
+    opened (a harness died mid-write) is cut off."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -2116,7 +2117,6 @@ class _History:
         self._fd: int | None = None
         self._id: _DirId | None = None  # the file's (device, inode)
         self._broken = False
-        self._torn = False  # the file ends in a fragment of a line
 
     def record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
         """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
@@ -2149,15 +2149,24 @@ class _History:
                 self._broken = False
 
     def _append(self, fd: int, line: bytes) -> None:
-        """Write all of ``line``; after a fragment, start on a new line.  A
-        failure closes the file, and opening it again looks at its end."""
-        rest = memoryview(b"\n" + line if self._torn else line)
-        while rest:
-            written = os.write(fd, rest)
-            if not written:
-                raise OSError("nothing was written")
-            rest = rest[written:]
-        self._torn = False
+        """Write all of ``line``, or none of it: what a failed write left is
+        cut back off.  A failure closes the file, and opening it again cuts
+        off what could not be cut now."""
+        size = os.fstat(fd).st_size
+        rest = memoryview(line)
+        try:
+            while rest:
+                written = os.write(fd, rest)
+                if not written:
+                    raise OSError("nothing was written")
+                rest = rest[written:]
+        except OSError:
+            try:  # not when it shrank meanwhile (copytruncate): cutting "back" would pad it with zeros
+                if os.fstat(fd).st_size > size:
+                    os.ftruncate(fd, size)  # it succeeds on a full disk and under a file size limit
+            except OSError:
+                pass
+            raise
 
     def _rotated(self) -> bool:
         try:
@@ -2170,12 +2179,30 @@ class _History:
         self._close()
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         st = os.fstat(fd)
-        try:  # a fragment, ours or a previous harness's, ends the file
-            self._torn = st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n"
-        except OSError:
-            self._torn = False
         self._fd, self._id = fd, (st.st_dev, st.st_ino)
+        self._cut_last_line(fd, st.st_size)
         return fd
+
+    def _cut_last_line(self, fd: int, size: int) -> None:
+        """Cut off the end of the file after its last newline: a line a
+        harness was writing when it died, or one whose failed write could
+        not be cut back.  A file whose end cannot be read is taken as whole."""
+        try:
+            if not size or os.pread(fd, 1, size - 1) == b"\n":
+                return
+            keep = size - 1
+            while keep:
+                start = max(0, keep - (1 << 16))
+                newline = os.pread(fd, keep - start, start).rfind(b"\n")
+                if newline >= 0:
+                    keep = start + newline + 1
+                    break
+                keep = start
+            os.ftruncate(fd, keep)
+        except OSError:
+            return
+        log.warning("the history %s ended in a cut line (a failed write, or a harness that died writing it): "
+                    "cut off its last %d bytes", self.path, size - keep)
 
     def close(self) -> None:
         """Let the file go (a later record opens it again)."""

@@ -6,6 +6,7 @@ import ast
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import functools
 import gc
 import heapq
@@ -4579,47 +4580,6 @@ class HistoryShortWriteTest(unittest.TestCase):
                 history.record("done", f"{i}.json", detail="x" * 100)
         self.assertEqual([r["filename"] for r in read_history(path)], [f"{i}.json" for i in range(5)])
 
-    def test_a_fragment_left_at_a_file_size_limit_stays_alone_on_its_line(self):
-        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
-        script = textwrap.dedent("""
-            import logging, os, resource, sys
-            sys.path.insert(0, sys.argv[1])
-            import mom_events
-            logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-            history = mom_events._History(sys.argv[2])
-            history.record("queued", "first.json")
-            soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(sys.argv[2]) + 40, hard))
-            for i in range(3):  # the first is cut short at the limit, the others fail whole
-                history.record("done", f"lost{i}.json", detail="y" * 100)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-            history.record("done", "after.json")
-            history.record("done", "last.json")
-        """)
-        result = subprocess.run([sys.executable, "-c", script, str(HERE), str(path)], capture_output=True,
-                                text=True, timeout=60)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(len([line for line in result.stderr.splitlines() if "cannot write the history" in line]),
-                         1, result.stderr)
-        self.assertIn("is written again", result.stderr)
-        lines = path.read_bytes().split(b"\n")
-        self.assertEqual(lines.pop(), b"")
-        self.assertEqual(len(lines), 4, lines)
-        self.assertEqual(len(lines[1]), 40)  # the fragment, alone
-        self.assertTrue(lines[1].startswith(b'{"time": '))
-        self.assertEqual([json.loads(lines[i])["filename"] for i in (0, 2, 3)],
-                         ["first.json", "after.json", "last.json"])
-        self.assertEqual(set(mom_events._last_outcomes(str(path))), {"first.json", "after.json", "last.json"})
-
-    def test_a_fragment_left_by_a_previous_harness_stays_alone_on_its_line(self):
-        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
-        path.write_bytes(b'{"outcome": "done"}\n{"time": "2026-11-2')  # it died mid-line
-        history = mom_events._History(path)
-        self.addCleanup(history.close)
-        history.record("done", "next.json")
-        self.assertEqual(path.read_bytes().split(b"\n")[1], b'{"time": "2026-11-2')
-        self.assertEqual(set(mom_events._last_outcomes(str(path))), {"next.json"})
-
 
 class HistoryEdgeTest(unittest.TestCase):
     """The history's writer and reader at their edges, each rule on both
@@ -4631,14 +4591,16 @@ class HistoryEdgeTest(unittest.TestCase):
         self.addCleanup(history.close)
         return history, path
 
-    def test_a_whole_last_line_gets_no_blank_line_and_any_fragment_does_get_one(self):
+    def test_a_whole_last_line_gets_no_blank_line_and_any_cut_line_is_cut_off(self):
         for before, lines in [(b'{"outcome": "done"}\n', [b'{"outcome": "done"}']),
-                              (b"x", [b"x"]),  # a fragment of one byte
+                              (b'{"outcome": "done"}\nx', [b'{"outcome": "done"}']),  # a cut line of one byte
                               (b"", [])]:
             with self.subTest(before=before):
                 history, path = self.history()
                 path.write_bytes(before)
-                history.record("done", "next.json")
+                cut = not before.endswith(b"\n") and before
+                with self.assertLogs("mom_events", "WARNING") if cut else self.assertNoLogs("mom_events"):
+                    history.record("done", "next.json")
                 written = path.read_bytes().split(b"\n")
                 self.assertEqual(written.pop(), b"")
                 self.assertEqual(written[:-1], lines)
@@ -4647,12 +4609,11 @@ class HistoryEdgeTest(unittest.TestCase):
     def test_a_history_whose_end_cannot_be_read_is_taken_as_whole(self):
         history, path = self.history()
         path.write_bytes(b'{"outcome": "done"}\n')
-        history._torn = True  # as a write that failed before would leave it
 
         def unreadable(*args):
             raise OSError(5, "Input/output error")
 
-        with mock.patch("os.pread", unreadable):
+        with mock.patch("os.pread", unreadable), self.assertNoLogs("mom_events", "WARNING"):
             history.record("done", "a.json")
         self.assertEqual([r["filename"] for r in read_history(path)[1:]], ["a.json"])
 
@@ -4727,6 +4688,111 @@ class HistoryEdgeTest(unittest.TestCase):
                 self.assertEqual(set(mom_events._last_outcomes(str(path))),
                                  {"first.json", "rest.json"} if first_kept else {"rest.json"})
                 self.assertEqual(set(mom_events._last_outcomes(str(path), limit=len(rest) + 1)), {"rest.json"})
+
+
+class HistoryWholeLinesTest(unittest.TestCase):
+    """Issue 30, item 9: a short write that could not be completed left a cut
+    line, where jq and pandas.read_json(lines=True) stop.  Every line of the
+    history parses: such a write is rolled back, and a cut line found at the
+    end when the file is opened is cut off."""
+
+    def history(self, before=None):
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
+        if before is not None:
+            path.write_bytes(before)
+        history = mom_events._History(path)
+        self.addCleanup(history.close)
+        return history, path
+
+    def assertEveryLineParses(self, path, names):
+        data = path.read_bytes()
+        self.assertTrue(data == b"" or data.endswith(b"\n"), data[-40:])
+        self.assertEqual([json.loads(line)["filename"] for line in data.split(b"\n")[:-1]], names)
+
+    def test_a_short_write_that_cannot_be_completed_is_rolled_back(self):
+        history, path = self.history()
+        history.record("done", "first.json")
+        real, calls = os.write, []
+
+        def full_disk(fd, data):  # a part, then no more room
+            calls.append(len(data))
+            if len(calls) == 1:
+                return real(fd, bytes(data[:20]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        with mock.patch("os.write", full_disk), self.assertLogs("mom_events", "ERROR") as logs:
+            history.record("done", "lost.json")
+        self.assertEqual(len(calls), 2)
+        self.assertIn("No space left on device", logs.output[0])
+        self.assertEveryLineParses(path, ["first.json"])
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            history.record("done", "after.json")
+        self.assertEqual(len(logs.output), 1, logs.output)  # written again; nothing to cut
+        self.assertIn("is written again", logs.output[0])
+        self.assertEveryLineParses(path, ["first.json", "after.json"])
+
+    def test_at_a_file_size_limit_every_line_parses(self):
+        path = temp_dir(self, "mom_events_hist_") / "h.jsonl"
+        script = textwrap.dedent("""
+            import logging, os, resource, signal, sys
+            sys.path.insert(0, sys.argv[1])
+            import mom_events
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+            logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+            history = mom_events._History(sys.argv[2])
+            history.record("queued", "first.json")
+            soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(sys.argv[2]) + 40, hard))
+            for i in range(3):  # the first is cut short at the limit, the others fail whole
+                history.record("done", f"lost{i}.json", detail="y" * 100)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+            history.record("done", "after.json")
+            history.record("done", "last.json")
+        """)
+        result = subprocess.run([sys.executable, "-c", script, str(HERE), str(path)], capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual([line.split(" (")[0] for line in result.stderr.splitlines()],
+                         [f"ERROR cannot write the history {path}", f"WARNING the history {path} is written again"])
+        self.assertEveryLineParses(path, ["first.json", "after.json", "last.json"])
+
+    def test_a_file_that_shrank_during_a_failed_write_is_not_padded_and_its_cut_line_goes_at_the_next_open(self):
+        history, path = self.history()
+        history.record("done", "first.json", detail="x" * 200)
+        real, calls = os.write, []
+
+        def truncated_then_full(fd, data):
+            calls.append(len(data))
+            if len(calls) == 1:
+                os.truncate(path, 0)  # logrotate's copytruncate, just then
+                return real(fd, bytes(data[:20]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        with mock.patch("os.write", truncated_then_full), self.assertLogs("mom_events", "ERROR"):
+            history.record("done", "lost.json")
+        data = path.read_bytes()
+        self.assertEqual((len(data), data[:10]), (20, b'{"time": "'))  # not cut "back" to 200-odd bytes of zeros
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            history.record("done", "after.json")
+        self.assertRegex(logs.output[0], rf"WARNING:mom_events:the history {re.escape(str(path))} ended in a cut "
+                                         r"line .*: cut off its last 20 bytes$")
+        self.assertEveryLineParses(path, ["after.json"])
+
+    def test_a_cut_line_at_the_end_is_cut_off_when_the_file_is_opened_and_said_once(self):
+        whole = b'{"filename": "a.json"}\n'
+        for before, kept in [(whole + b'{"time": "2026-11-2', 1),  # a harness died mid-line
+                             (b"x", 0),  # all of it a cut line
+                             (whole * 5000 + b"y" * 200_000, 5000)]:  # longer than what is read at a time
+            with self.subTest(before=before[-30:], kept=kept):
+                history, path = self.history(before)
+                with self.assertLogs("mom_events", "WARNING") as logs:
+                    history.record("done", "next.json")
+                    history.close()
+                    history.record("done", "last.json")  # opened again: nothing more to cut
+                self.assertEqual(len(logs.output), 1, logs.output)
+                self.assertTrue(logs.output[0].endswith(f": cut off its last {len(before) - kept * len(whole)} bytes"),
+                                logs.output[0])
+                self.assertEveryLineParses(path, ["a.json"] * kept + ["next.json", "last.json"])
 
 
 class AsyncTest(unittest.TestCase):
