@@ -1473,12 +1473,15 @@ class _Scanner:
         rewrites in place; and the racy contents read again.  None: nothing
         changed, or the directory cannot be looked at now.  Raises EventError
         when the directory was made anew and another harness holds it."""
-        while self._forgotten:
-            name = self._forgotten.popleft()
-            self._snapshot.pop(name, None)
-            self._listing.pop(name, None)
-            self._fresh.pop(name, None)
-            self._dir_key = None  # list it again: the name may be back already
+        if self._forgotten:  # nothing may be left of them: a name left in the sweep's list is stat'ed for ever
+            forgotten = set()
+            while self._forgotten:
+                name = self._forgotten.popleft()
+                forgotten.add(name)
+                for kept in (self._snapshot, self._listing, self._fresh, self._warned):
+                    kept.pop(name, None)
+            self._sweep_names = [name for name in self._sweep_names if name not in forgotten]
+            self._dir_key = None  # list it again: the names may be back already
         try:
             seen = self._look(startup)
         except (FileNotFoundError, NotADirectoryError) as exc:

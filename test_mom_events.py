@@ -1899,6 +1899,53 @@ class ScanTest(unittest.TestCase):
         self.assertFalse(mom_events._is_racy(fine + 50_000_000, fine))
 
 
+class SweepForgetsTest(unittest.TestCase):
+    """Issue 30, item 11: a name the harness forgot (it deleted or renamed the
+    file) stayed in the sweep's list, and was stat'ed on every sweep for ever."""
+
+    def test_a_file_gone_is_no_longer_stated_by_the_sweep(self):
+        h = Harness(self)
+        h.write("kept.json", periodic(), mtime=time.time() - 60)
+        h.write("removed.json", periodic(), mtime=time.time() - 60)
+        h.start()
+        (h.dir / "removed.json").unlink()
+        h.write("ran.json", immediate())  # run, then deleted by the harness
+        h.write("soon.json", one_shot(h.now + 0.5))  # the same, later
+        h.write("bad.json", one_shot("tomorrow"))  # renamed to bad.json.rejected
+        h.tick(h.now + 0.1)
+        with self.assertLogs("mom_events", "ERROR"):
+            h.advance(1)
+        self.assertEqual(sorted(path.name for path in h.dir.iterdir()),
+                         ["bad.json.rejected", "kept.json"])
+        real, stated = os.stat, []
+
+        def counting(path, *args, **kwargs):
+            stated.append(os.path.basename(os.fspath(path)))
+            return real(path, *args, **kwargs)
+
+        with mock.patch("os.stat", counting):
+            for _ in range(5):  # five sweeps of every file
+                h.tick(h.now + 0.2)
+        self.assertEqual(stated.count("kept.json"), 5, stated)
+        self.assertEqual([name for name in stated if name.endswith(".json") and name != "kept.json"], [])
+
+    def test_a_forgotten_name_leaves_nothing_in_the_scanner(self):
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), mom_events._SWEEP_EVERY)
+        (d / "a.json").write_text("{}")
+        os.mkfifo(d / "f.json")
+        with self.assertLogs("mom_events", "WARNING"):
+            changes = scanner.scan(startup=True)
+        scanner.note_read("a.json", mom_events._digest(b"{}"), time.time_ns(), changes.changed[0][1])  # racy
+        for name in ("a.json", "f.json"):
+            os.unlink(d / name)
+            scanner.forget(name)  # as the harness does when it deletes a file
+        os.utime(d, (1000, 1000))  # unchanged as far as a listing can tell: only the forgetting says it
+        scanner.scan()
+        kept = (scanner._snapshot, scanner._listing, scanner._fresh, scanner._warned, scanner._sweep_names)
+        self.assertEqual([name for names in kept for name in names], [])
+
+
 class ChangeTest(unittest.TestCase):
     def test_same_size_rewrite_that_keeps_the_stat_is_noticed(self):
         """What a coarse timestamp tick does: the second write leaves inode,
