@@ -1302,7 +1302,9 @@ class _DirectoryLock:
     def __init__(self, directory: str):
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            self.directory_id = _directory_id(os.fstat(dir_fd))
+            dir_st = os.fstat(dir_fd)
+            self.directory_id = _directory_id(dir_st)
+            self.directory_mode = dir_st.st_mode
             fd = os.open(_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
@@ -1420,6 +1422,9 @@ class _Scanner:
         os.makedirs(self.directory, exist_ok=True)
         self._lock = _DirectoryLock(self.directory)
         self._own = _own_name(self.directory, self._history)
+        if self._lock.directory_mode & stat.S_IWOTH:  # whoever writes a file there acts as the agent
+            log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
+                        self.directory, self.directory)
         return self._lock.trace
 
     def beat(self) -> None:
@@ -2180,7 +2185,7 @@ class _History:
 
     def _open(self) -> int:
         self._close()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)  # it holds event texts
         st = os.fstat(fd)
         self._fd, self._id = fd, (st.st_dev, st.st_ino)
         self._cut_last_line(fd, st.st_size)

@@ -2354,6 +2354,39 @@ class NamesAndKindsTest(unittest.TestCase):
         self.assertTrue(target.exists())
 
 
+class WhoMayDoWhatTest(unittest.TestCase):
+    """Issue 30, item 13: whoever can write into the events directory acts as
+    the agent; a directory every user may write is said at start, and an
+    event file that is a link is followed, but only the link is touched."""
+
+    def test_an_events_directory_every_user_may_write_is_warned_about_at_start(self):
+        for mode, warned in ((0o777, True), (0o1777, True), (0o775, False), (0o700, False)):
+            with self.subTest(mode=oct(mode)):
+                d = temp_dir(self, "mom_events_mode_")
+                os.chmod(d, mode)
+                said = (self.assertLogs if warned else self.assertNoLogs)("mom_events", "WARNING")
+                with said as logs, EventsWatcher(d, lambda event: None):
+                    pass
+                if warned:
+                    self.assertEqual(logs.output, [f"WARNING:mom_events:events directory {d} is writable by every "
+                                                   f"user: anyone can act as the agent (chmod o-w {d})"])
+
+    def test_a_linked_event_that_is_rejected_has_its_link_renamed_and_its_target_left_alone(self):
+        h = Harness(self)
+        target = temp_dir(self, "mom_events_target_") / "real.json"
+        target.write_text("{")
+        h.start()
+        os.symlink(target, h.dir / "link.json")
+        h.tick(h.now + 0.1)
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.advance(1)  # the retries run out
+        self.assertIn("; renamed to link.json.rejected", logs.output[-1])
+        self.assertFalse(os.path.lexists(h.dir / "link.json"))
+        self.assertEqual(os.readlink(h.dir / "link.json.rejected"), str(target))
+        self.assertEqual(target.read_text(), "{")
+        self.assertEqual(sorted(path.name for path in target.parent.iterdir()), ["real.json"])
+
+
 class QueueTest(unittest.TestCase):
     def hold_workers(self, h):
         held = []
@@ -4664,12 +4697,16 @@ class HistoryEdgeTest(unittest.TestCase):
             history.record("done", "a.json")
         self.assertEqual([r["filename"] for r in read_history(path)[1:]], ["a.json"])
 
-    def test_a_new_history_file_is_readable_by_all_and_writable_by_its_owner(self):
+    def test_a_new_history_file_is_for_its_owner_alone_and_one_widened_stays_so(self):
         old = os.umask(0o022)
         self.addCleanup(os.umask, old)
         history, path = self.history()
         history.record("done", "a.json")
-        self.assertEqual(os.stat(path).st_mode & 0o777, 0o644)
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)  # it holds the agent's event texts (issue 30)
+        history.close()
+        os.chmod(path, 0o640)  # an operator's choice
+        history.record("done", "b.json")
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o640)
 
     def test_a_rotation_that_makes_a_new_file_is_followed_and_the_old_descriptor_closed(self):
         history, path = self.history()
