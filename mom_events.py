@@ -359,6 +359,9 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
             raise EventError(filename, f'"{key}" is for {owners} events, not {kind} ones')
     ignored = [key for key in obj if key not in _ALL_FIELDS]
     channel_id = _string_field(obj, "channelId", filename)
+    if _has_whitespace(channel_id):  # printed, it would end the CLI's channel field: a line could be forged
+        raise EventError(filename, f'"channelId" {_clip(channel_id)!r} contains whitespace '
+                                   "(a chat platform's channel ID has none)")
     text = _string_field(obj, "text", filename)
     zone = _optional_string(obj, "timezone", filename)
     try:
@@ -399,6 +402,10 @@ def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
         _compile_cron(schedule)
     return Event(filename, "periodic", channel_id, text, schedule=schedule, timezone=zone, catch_up=catch_up,
                  every=every, start=start, until=until)
+
+
+def _has_whitespace(text: str) -> bool:
+    return any(char.isspace() for char in text)
 
 
 def _optional_string(obj: dict[str, object], key: str, filename: str) -> str | None:
@@ -457,7 +464,7 @@ def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: s
     """The event that tells the agent, on the channel its file names, that
     the file was rejected, why, and what became of it; None without one."""
     channel = written.get("channelId", "")
-    if not channel.strip():
+    if not channel or _has_whitespace(channel):  # none, or not a channel: the file says nothing to tell
         return None
     return Event(filename, "rejected", channel, f"{reason.rstrip('.')}. {fate}",
                  at=written.get("at"), schedule=written.get("schedule"), timezone=written.get("timezone"))
@@ -1219,11 +1226,25 @@ def _is_racy(seen_ns: int, mtime_ns: int) -> bool:
     return seen_ns - mtime_ns < tick
 
 
-def _list(directory: str) -> dict[str, int]:
-    """The event names in the directory and their inode numbers, which
-    scandir reads from the directory entries themselves, without a stat."""
+def _list(directory: str, own: str | None = None) -> dict[str, int]:
+    """The event names in the directory, but ``own`` (``_own_name``), and
+    their inode numbers, which scandir reads from the directory entries
+    themselves, without a stat."""
     with os.scandir(directory) as entries:
-        return {entry.name: entry.inode() for entry in entries if _is_event_name(entry.name)}
+        return {entry.name: entry.inode() for entry in entries if _is_event_name(entry.name) and entry.name != own}
+
+
+def _own_name(directory: str, history: str | None) -> str | None:
+    """The history's name when it lies in ``directory`` (the same directory,
+    however spelled): the harness's own file, which it never reads as an
+    event, even when it is named like one."""
+    if history is None:
+        return None
+    head, name = os.path.split(history)
+    try:
+        return name if os.path.samefile(head or ".", directory) else None
+    except OSError:  # its directory does not exist: it is not this one
+        return None
 
 
 def _relisted(old: dict[str, int], new: dict[str, int], stat_all: bool) -> list[str]:
@@ -1334,7 +1355,9 @@ class _DirectoryLock:
     def __init__(self, directory: str):
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            self.directory_id = _directory_id(os.fstat(dir_fd))
+            dir_st = os.fstat(dir_fd)
+            self.directory_id = _directory_id(dir_st)
+            self.directory_mode = dir_st.st_mode
             fd = os.open(_LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
@@ -1730,9 +1753,11 @@ class _Scanner:
     lock: a listing of thousands of names takes a while.  ``forget()`` may be
     called from any thread; the next scan takes it in."""
 
-    def __init__(self, directory: str, poll_interval: float):
+    def __init__(self, directory: str, poll_interval: float, history: str | None = None):
         self.directory = directory
         self._prefix = os.path.join(directory, "")
+        self._history = history
+        self._own: str | None = None            # the history's name, if it lies in the directory
         self._snapshot: dict[str, _Entry] = {}
         self._listing: dict[str, int] = {}      # name -> inode, from the last listing
         self._dir_key: tuple[int, int, int] | None = None   # the directory's (dev, inode, mtime) then
@@ -1763,6 +1788,10 @@ class _Scanner:
         if known.  EventError names the process that holds it."""
         os.makedirs(self.directory, exist_ok=True)
         self._lock = _DirectoryLock(self.directory)
+        self._own = _own_name(self.directory, self._history)
+        if self._lock.directory_mode & stat.S_IWOTH:  # whoever writes a file there acts as the agent
+            log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
+                        self.directory, self.directory)
         return self._lock.trace
 
     def beat(self) -> None:
@@ -1816,12 +1845,15 @@ class _Scanner:
         rewrites in place; and the racy contents read again.  None: nothing
         changed, or the directory cannot be looked at now.  Raises EventError
         when the directory was made anew and another harness holds it."""
-        while self._forgotten:
-            name = self._forgotten.popleft()
-            self._snapshot.pop(name, None)
-            self._listing.pop(name, None)
-            self._fresh.pop(name, None)
-            self._dir_key = None  # list it again: the name may be back already
+        if self._forgotten:  # nothing may be left of them: a name left in the sweep's list is stat'ed for ever
+            forgotten = set()
+            while self._forgotten:
+                name = self._forgotten.popleft()
+                forgotten.add(name)
+                for kept in (self._snapshot, self._listing, self._fresh, self._warned):
+                    kept.pop(name, None)
+            self._sweep_names = [name for name in self._sweep_names if name not in forgotten]
+            self._dir_key = None  # list it again: the names may be back already
         try:
             seen = self._look(startup)
         except (FileNotFoundError, NotADirectoryError) as exc:
@@ -1859,7 +1891,7 @@ class _Scanner:
         seen: dict[str, _Entry | None] = {}
         if startup or key != self._dir_key or self._dir_racy or not _FAST_SCAN:
             seen_ns = time.time_ns()
-            listing = _list(self.directory)
+            listing = _list(self.directory, self._own)
             for name in _relisted(self._listing, listing, stat_all=not _FAST_SCAN):
                 seen[name] = _stat_entry(prefix + name) if name in listing else None
             if listing.keys() != self._listing.keys():
@@ -2456,9 +2488,10 @@ class _History:
     renamed away (logrotate) is followed to the new one at the path, and one
     truncated in place (``copytruncate``) is appended to at its new end.  A
     history that cannot be written is logged once and never stops events.
-    Every line is whole: a short write (a full disk, a file size limit) is
-    followed by the rest; when that fails, the fragment written stays alone
-    on its own line, which readers skip as unparseable."""
+    Every line parses (jq and pandas stop at one that does not): a short
+    write (a full disk, a file size limit) is followed by the rest, or else
+    rolled back, and a cut line found at the end of the file when it is
+    opened (a harness died mid-write) is cut off."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -2466,7 +2499,6 @@ class _History:
         self._fd: int | None = None
         self._id: _DirId | None = None  # the file's (device, inode)
         self._broken = False
-        self._torn = False  # the file ends in a fragment of a line
 
     def record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
         """``fields`` ending in ``At`` are POSIX timestamps; None ones are left out."""
@@ -2499,15 +2531,24 @@ class _History:
                 self._broken = False
 
     def _append(self, fd: int, line: bytes) -> None:
-        """Write all of ``line``; after a fragment, start on a new line.  A
-        failure closes the file, and opening it again looks at its end."""
-        rest = memoryview(b"\n" + line if self._torn else line)
-        while rest:
-            written = os.write(fd, rest)
-            if not written:
-                raise OSError("nothing was written")
-            rest = rest[written:]
-        self._torn = False
+        """Write all of ``line``, or none of it: what a failed write left is
+        cut back off.  A failure closes the file, and opening it again cuts
+        off what could not be cut now."""
+        size = os.fstat(fd).st_size
+        rest = memoryview(line)
+        try:
+            while rest:
+                written = os.write(fd, rest)
+                if not written:
+                    raise OSError("nothing was written")
+                rest = rest[written:]
+        except OSError:
+            try:  # not when it shrank meanwhile (copytruncate): cutting "back" would pad it with zeros
+                if os.fstat(fd).st_size > size:
+                    os.ftruncate(fd, size)  # it succeeds on a full disk and under a file size limit
+            except OSError:
+                pass
+            raise
 
     def _rotated(self) -> bool:
         try:
@@ -2518,14 +2559,32 @@ class _History:
 
     def _open(self) -> int:
         self._close()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)  # it holds event texts
         st = os.fstat(fd)
-        try:  # a fragment, ours or a previous harness's, ends the file
-            self._torn = st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n"
-        except OSError:
-            self._torn = False
         self._fd, self._id = fd, (st.st_dev, st.st_ino)
+        self._cut_last_line(fd, st.st_size)
         return fd
+
+    def _cut_last_line(self, fd: int, size: int) -> None:
+        """Cut off the end of the file after its last newline: a line a
+        harness was writing when it died, or one whose failed write could
+        not be cut back.  A file whose end cannot be read is taken as whole."""
+        try:
+            if not size or os.pread(fd, 1, size - 1) == b"\n":
+                return
+            keep = size - 1
+            while keep:
+                start = max(0, keep - (1 << 16))
+                newline = os.pread(fd, keep - start, start).rfind(b"\n")
+                if newline >= 0:
+                    keep = start + newline + 1
+                    break
+                keep = start
+            os.ftruncate(fd, keep)
+        except OSError:
+            return
+        log.warning("the history %s ended in a cut line (a failed write, or a harness that died writing it): "
+                    "cut off its last %d bytes", self.path, size - keep)
 
     def close(self) -> None:
         """Let the file go (a later record opens it again)."""
@@ -3190,7 +3249,7 @@ class EventsWatcher:
         self._poll_interval = poll_interval
         self._clock = clock
         self._needs_loop = _is_async(handler) or _is_async(on_error)
-        self._scanner = _Scanner(self.events_dir, poll_interval)
+        self._scanner = _Scanner(self.events_dir, poll_interval, None if history is None else os.fspath(history))
         self._channels = _Channels(lambda job: self._files.perform(job), max_queued, self._lost_loop)
         self._channels.loop = loop
         self._files = _Files(self.events_dir, self._scanner, self._channels,
@@ -3691,8 +3750,9 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
         fired_at = time.time()
         if as_json:
             line = _event_json(event, fired_at)
-        else:
-            line = f"{_iso(fired_at)} {_one_line(event.channel_id)} {_one_line(event.message)}"
+        else:  # a ] in the name is escaped too: the [EVENT:...] tag ends at its first ]
+            tagged = replace(event, filename=event.filename.replace("]", r"\x5d"))
+            line = f"{_iso(fired_at)} {_one_line(event.channel_id)} {_one_line(tagged.message)}"
         with lock:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
@@ -4020,9 +4080,10 @@ def _check(path: str, history: str | None = None) -> int:
     in_directory = os.path.isdir(path)
     try:
         if in_directory:
+            own = _own_name(path, history)
             with os.scandir(path) as entries:
                 names = sorted(entry.name for entry in entries
-                               if _is_event_name(entry.name.removesuffix(".rejected")))
+                               if _is_event_name(entry.name.removesuffix(".rejected")) and entry.name != own)
             files = [(os.path.join(path, name), name) for name in names]
         else:
             os.stat(path)
