@@ -37,7 +37,6 @@ if sys.platform == "win32":  # fcntl, /bin/sh, process groups and sessions
 
 import argparse
 import fcntl
-import functools
 import heapq
 import importlib
 import inspect
@@ -62,6 +61,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 if TYPE_CHECKING:  # imported where used: asyncio alone costs ~10 MB of memory
     import asyncio
     import selectors
+    import socket
     import subprocess
 
 __all__ = ["Event", "EventError", "EventsWatcher", "events_prompt", "next_fire", "parse_event"]
@@ -1110,7 +1110,7 @@ def _missed(event: Event, since: float, until: float, mtime: float,
     if mtime <= until:  # not before the file was written (a future mtime says nothing)
         since = max(since, mtime)
     since = max(since, account.counted)  # nor counted twice
-    lost = sorted(due for due in account.lost if account.counted <= due < since)
+    lost = sorted(due for due in account.lost if due < since)  # queued, never started: missed still
     count, latest, after = len(lost), max(lost, default=None), since - 1e-3
     while count < _MISSED_COUNT:
         due = _next_fire_ts(event, after, mtime)
@@ -1339,6 +1339,20 @@ _TRACE = "its mtime: when the harness holding it was last alive\n"
 _STOPPED = "it stopped cleanly then\n"
 _HEARTBEAT = 1.0  # seconds
 _DIED_WITHIN = 2 * _HEARTBEAT
+_HUNG = 30 * _HEARTBEAT  # a holder silent this long may hang: a standby says so
+
+
+def _last_beat(directory: str) -> float | None:
+    """When the harness holding the directory was last alive, by its lock
+    file; None when its lock file says nothing of it (an older version)."""
+    try:
+        with open(os.path.join(directory, _LOCK_NAME), "rb") as file:
+            rest = file.read(256).partition(b"\n")[2]
+            mtime = os.fstat(file.fileno()).st_mtime
+    except OSError:
+        return None
+    trace = _DirectoryLock._trace(rest, mtime)
+    return None if trace is None else trace[0]
 
 
 def _directory_id(st: os.stat_result) -> _DirId:
@@ -1468,6 +1482,17 @@ def _signal_session(sid: int, signum: int) -> None:
         pass
 
 
+def _failure(returncode: int) -> str | None:
+    """What a command's exit says went wrong (``subprocess``'s returncode:
+    -N for signal N), in one line; None for success."""
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}" if returncode else None
+
+
 def _process_start(pid: int) -> int | None:
     """When a process started, in clock ticks since boot (``/proc/PID/stat``'s
     22nd field): with its PID, what tells it from a later process that got
@@ -1524,7 +1549,9 @@ _JOURNAL_COMPACT = 64 << 10  # bytes: a longer journal is rewritten with only wh
 #            its file's signature "sig", and whether the file goes once it has run;
 # "session"  run "id"'s --exec command is session "sid", its leader started at
 #            "start" (see _process_start): written before the command may start;
-# "end"      run "id" ended, and whether it "ran" to its end (not cut short at shutdown);
+# "end"      run "id" ended, and whether it "ran" to its end (not cut short at shutdown),
+#            written "by" the harness once the history has it, or by the shell that ran its
+#            command (see _WRAPPER) with the command's exit "status", should the harness be dead;
 # "notice"   notice "id" is to be sent: its "event", about "file" (signature "sig"),
 #            written before that file is deleted or renamed; its run's "end" says it was sent;
 # "counted"  "file"'s missed occurrences before "until" are in the history already.
@@ -1532,16 +1559,16 @@ _JOURNAL_COMPACT = 64 << 10  # bytes: a longer journal is rewritten with only wh
 
 @dataclass
 class _Left:
-    """What a journal says its harness left undone, by record kind: runs cut
-    short (``cut``: their ``run`` records, with ``sid`` and ``start`` when a
-    command ran), final runs that ended while their files may still be there
-    (``ran``), notices not sent, periodic files' accounts, and the records
-    of what is still open, to carry over."""
+    """What a journal says its harness left undone: runs cut short (``cut``:
+    their ``run`` records, with ``sid`` and ``start`` when a command ran),
+    runs that ended (``ended``, with what their ``end`` records said: ``ran``,
+    ``status`` and whether the history has them, ``recorded``), notices not
+    sent, periodic files' accounts, and the records still open, to carry over."""
 
     pid: int | None = None
     machine: str = ""
     cut: list[dict[str, Any]] = field(default_factory=list)
-    ran: list[dict[str, Any]] = field(default_factory=list)
+    ended: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
     accounts: dict[tuple[str, int], _Account] = field(default_factory=dict)  # by (file, mtime_ns)
     open: list[dict[str, Any]] = field(default_factory=list)
@@ -1552,6 +1579,7 @@ def _fold(data: bytes) -> _Left:
     a crash mid-write) or is not a record is skipped."""
     left = _Left()
     runs: dict[int, dict[str, Any]] = {}
+    ended: dict[int, dict[str, Any]] = {}
     notices: dict[int, dict[str, Any]] = {}
     fires: dict[tuple[str, int, float], dict[str, Any]] = {}   # by (file, mtime, due): the last one
     started: set[tuple[str, int, float]] = set()
@@ -1566,15 +1594,21 @@ def _fold(data: bytes) -> _Left:
                 fires[record["file"], record["mtime"], record["due"]] = record
             elif kind == "run":
                 runs[record["id"]] = record
-                if record["due"] is not None and record["sig"] is not None:
+                if record["type"] == "periodic" and record["sig"] is not None:
                     started.add((record["file"], record["sig"][3], record["due"]))
             elif kind == "session":
                 runs[record["id"]].update(sid=record["sid"], start=record["start"])
             elif kind == "end":
-                run = runs.pop(record["id"], None)
                 notices.pop(record["id"], None)
-                if run is not None and record["ran"] and run["final"]:
-                    left.ran.append(run)
+                run = runs.pop(record["id"], None) or ended.get(record["id"])
+                if run is None:
+                    continue
+                ended[record["id"]] = run
+                if record.get("by") == "harness":  # it knew best, and it recorded the run
+                    run.update(ran=record["ran"], recorded=True)
+                else:  # the command's shell, on its own
+                    run.setdefault("ran", record["ran"])
+                    run["status"] = record.get("status")
             elif kind == "notice":
                 notices[record["id"]] = record
             elif kind == "counted":
@@ -1582,8 +1616,7 @@ def _fold(data: bytes) -> _Left:
                 counted[key] = max(counted.get(key, -math.inf), record["until"])
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             continue
-    left.cut = list(runs.values())
-    left.notices = list(notices.values())
+    left.cut, left.ended, left.notices = list(runs.values()), list(ended.values()), list(notices.values())
     for version in {key[:2] for key in [*started, *fires]}:
         mine = [(key[2], fire["queued"]) for key, fire in fires.items() if key[:2] == version]
         ran = {key[2] for key in started if key[:2] == version}
@@ -1727,8 +1760,42 @@ class _Journal:
             self._broken = False
 
 
-# The run being performed on this thread, for the --exec supervisor to journal its
-# command's session under: set by _Files.perform around the handler.
+class _Systemd:
+    """systemd's notify protocol (sd_notify(3)), spoken when the service
+    manager sets NOTIFY_SOCKET: a datagram per message.  READY=1 once the
+    harness serves (or stands by), WATCHDOG=1 from the scheduler's own loop
+    every half WATCHDOG_USEC, so that a loop that hangs stops the pings and
+    systemd kills and restarts the harness (a standby then takes over), and
+    STOPPING=1 at shutdown; STATUS= says what it does, for systemctl status."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        path = environ.get("NOTIFY_SOCKET", "")
+        self._address = "\0" + path[1:] if path.startswith("@") else path  # "@": the abstract namespace
+        usec, pid = environ.get("WATCHDOG_USEC", ""), environ.get("WATCHDOG_PID", "")
+        self._every = int(usec) / 2e6 if usec.isdigit() and int(usec) and pid in ("", str(os.getpid())) else None
+        self._next_ping = 0.0
+        self._socket: socket.socket | None = None
+
+    def send(self, *lines: str) -> None:
+        if not self._address:
+            return
+        import socket
+        try:
+            if self._socket is None:
+                self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            self._socket.sendto("\n".join(lines).encode(), self._address)
+        except OSError as exc:  # no manager listens any more: nothing to tell
+            log.debug("cannot notify systemd at %s (%s)", self._address, exc.strerror or exc)
+
+    def ping(self, mono: float) -> None:
+        """WATCHDOG=1, if it is time (``mono``: the monotonic clock)."""
+        if self._every is not None and mono >= self._next_ping:
+            self._next_ping = mono + self._every
+            self.send("WATCHDOG=1")
+
+
+# The journal and the id of the run being performed on this thread, for the --exec
+# supervisor to journal its command under: set by _Files.perform around the handler.
 _running = threading.local()
 
 
@@ -2717,11 +2784,14 @@ class _Files:
         periodic files' accounts, for the start-up's judge, and the notices
         it did not send, to send once the directory has been judged."""
         left = self.journal.left()
+        stopped = {run["id"]: self._stop_command(run, left) for run in left.cut if run.get("sid") is not None}
+        if stopped:
+            left = self.journal.left()  # what their shells journaled, of the commands that ended meanwhile
         self._put_back_taken()
         for run in left.cut:
-            self._cut_short(run, left)
-        for run in left.ran:
-            self._delete_ran(run)
+            self._cut_short(run, left.pid, stopped.get(run["id"]))
+        for run in left.ended:
+            self._ended(run)
         notices = []
         for notice in left.notices:  # one whose file is still there as it was is told again by its judge
             path = os.path.join(self.directory, notice["file"])
@@ -2752,17 +2822,21 @@ class _Files:
             self._put_back(os.path.join(self.directory, name),
                            os.path.join(self.directory, name[1:].removesuffix(_TAKEN)))
 
-    def _cut_short(self, run: dict[str, Any], left: _Left) -> None:
-        """A run the last harness started and never ended: stop what is left
-        of its command, if any, and record it."""
-        detail = f"cut short: the harness (process {left.pid}) died while it ran"
-        if run.get("sid") is not None:
-            if left.machine and left.machine == _machine():
-                stopped = _stop_session(run["sid"], run["start"])
-                if stopped:
-                    detail += f"; stopped the {stopped} process{'es' if stopped > 1 else ''} its command left"
-            else:
-                detail += "; its command ran on another machine or in another container, which stops it"
+    @staticmethod
+    def _stop_command(run: dict[str, Any], left: _Left) -> int | None:
+        """Stop what is left of a cut run's command: how many processes, or
+        None when they are not this machine's to stop."""
+        if not left.machine or left.machine != _machine():
+            return None
+        return _stop_session(run["sid"], run["start"])
+
+    def _cut_short(self, run: dict[str, Any], pid: int | None, stopped: int | None) -> None:
+        """Record a run the last harness started and never ended."""
+        detail = f"cut short: the harness (process {pid}) died while it ran"
+        if run.get("sid") is not None and stopped is None:
+            detail += "; its command ran on another machine or in another container, which must stop it"
+        elif stopped:
+            detail += f"; stopped the {stopped} process{'es' if stopped > 1 else ''} its command left"
         if run["type"] in _NOTICES:
             detail += "; it is sent again"
         elif run["type"] != "periodic":
@@ -2771,16 +2845,23 @@ class _Files:
         self._record("interrupted", run["file"], type=run["type"], channelId=run["channelId"], dueAt=run["due"],
                      detail=detail)
 
-    def _delete_ran(self, run: dict[str, Any]) -> None:
-        """A run that ended before the last harness died, whose file it had
-        yet to delete: delete it now, if it is still the file that ran."""
-        sig = tuple(run["sig"])
-        f = _File(run["file"], sig)
-        if _stat_entry(os.path.join(self.directory, f.name)) == _Entry(f.sig) and self._delete(f, f.sig):
+    def _ended(self, run: dict[str, Any]) -> None:
+        """A run that ended before the last harness died: record it if that
+        harness did not (its command's shell journaled the end), and delete
+        its file, if it goes and is still the file that ran."""
+        fields = {"type": run["type"], "channelId": run["channelId"], "dueAt": run["due"]}
+        if not run.get("recorded"):
+            status = run.get("status") or 0  # the shell's: 128 + N for signal N (see _WRAPPER)
+            failure = _failure(128 - status if status > 128 else status)
+            self._record("done" if failure is None else "failed", run["file"], **fields, detail=failure)
+        if not (run["ran"] and run["final"] and run["sig"]):
+            return
+        f = _File(run["file"], tuple(run["sig"]))
+        entry = _stat_entry(os.path.join(self.directory, f.name))
+        if entry is not None and entry.sig is not None and entry.sig[:4] == f.sig[:4] and self._delete(f, entry.sig):
             log.info("%s: it ran before the last harness died, which had yet to delete it: deleted", f.name)
             if run["type"] == "periodic":
-                self._record("ended", f.name, type="periodic", channelId=run["channelId"],
-                             detail="its last occurrence has run")
+                self._record("ended", f.name, **fields, detail="its last occurrence has run")
 
     def _changed(self, name: str, sig: _Sig, now: float, first_look: _Startup | None = None) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
@@ -3063,22 +3144,16 @@ class _Files:
                             "channelId": event.channel_id, "due": job.due,
                             "sig": None if job.sig is None else list(job.sig), "final": job.final})
         self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
-        _running.session = functools.partial(self._session, job)
+        _running.journal, _running.id = self.journal, job.id  # for --exec's command
         try:
             finished, error = self._execute(event)
         finally:
-            _running.session = None
-        self.journal.write({"kind": "end", "id": job.id, "ran": finished})
+            _running.journal = _running.id = None
         self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
                      startedAt=started, finishedAt=time.time(), detail=error)
+        self.journal.write({"kind": "end", "id": job.id, "ran": finished, "by": "harness"})  # and recorded
         if finished and job.final:
             self._finished.append(job)
-
-    def _session(self, job: _Job, sid: int) -> None:
-        """The run's --exec command is process session ``sid``: journaled
-        before the command may start, so that whoever takes over from a dead
-        harness can stop it."""
-        self.journal.write({"kind": "session", "id": job.id, "sid": sid, "start": _process_start(sid)})
 
     def _execute(self, event: Event) -> tuple[bool, str | None]:
         """Run the handler; whatever it raises goes to on_error, never further.
@@ -3233,7 +3308,7 @@ class EventsWatcher:
                  clock: Callable[[], float] = time.time,
                  loop: asyncio.AbstractEventLoop | None = None, history: str | os.PathLike[str] | None = None,
                  misfire_grace: float = 0, on_halt: Callable[[str], object] | None = None, standby: bool = False,
-                 notify: bool = True, notify_rejected: bool = True) -> None:
+                 notify: bool = True, notify_rejected: bool = True, systemd: bool = False) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
         if on_error is not None and not callable(on_error):
@@ -3265,6 +3340,7 @@ class EventsWatcher:
         self._wake = threading.Event()  # set when stopping: a standby's wait ends at once
         self._stopping = False
         self._standby = standby
+        self._systemd = _Systemd(os.environ if systemd else {})
         self.active = False  # holds the directory and schedules its events
 
     # -- public API ---------------------------------------------------------
@@ -3294,6 +3370,7 @@ class EventsWatcher:
                 if not self._standby:
                     raise
                 log.warning("%s; standing by to take over when it exits", exc)
+                self._systemd.send("READY=1", f"STATUS=standing by: {exc}")
                 target = self._stand_by
             else:
                 try:
@@ -3301,6 +3378,7 @@ class EventsWatcher:
                 except BaseException:
                     self._begin_closing()  # lets the directory go once whatever started has ended
                     raise
+                self._systemd.send("READY=1", f"STATUS=watching {self.events_dir}")
                 target = self._run
             self._thread = threading.Thread(target=target, name="mom_events-scheduler", daemon=True)
             self._thread.start()
@@ -3380,11 +3458,17 @@ class EventsWatcher:
     def _stand_by(self) -> None:
         """Another harness holds the directory: try its lock a few times a
         second, and take over once that harness has gone, however it went."""
-        waiting_since = self._clock()
+        waiting_since, hung = self._clock(), False
         while not self._wake.wait(_STANDBY_TRY):
+            self._systemd.ping(time.monotonic())
             try:
                 trace = self._scanner.lock()
-            except (EventError, OSError):
+            except (EventError, OSError) as exc:
+                silent = self._clock() - (_last_beat(self.events_dir) or math.inf)
+                if silent > _HUNG and not hung:
+                    log.warning("%s, and has shown no sign of life for %s: it may hang (under systemd, WatchdogSec= "
+                                "replaces a harness that hangs)", exc, _span(silent))
+                hung = silent > _HUNG
                 continue
             try:
                 self._startup(self._clock(), trace, waiting_since)
@@ -3394,6 +3478,7 @@ class EventsWatcher:
                 return
             log.warning("took over %s: the harness that held it has gone (%d events scheduled)",
                         self.events_dir, self._schedule.scheduled())
+            self._systemd.send(f"STATUS=watching {self.events_dir} (took over)")
             self._run()
             return
 
@@ -3424,6 +3509,7 @@ class EventsWatcher:
                 # Clock reads are system calls on some virtual machines: an
                 # idle tick makes as few as it can.
                 now, mono = self._clock(), time.monotonic()
+                self._systemd.ping(mono)
                 polling = mono >= next_poll
                 if polling:
                     next_poll = mono + self._poll_interval
@@ -3475,6 +3561,8 @@ class EventsWatcher:
         """Stop scheduling and queueing at once (what waits is dropped, its
         files stay), and hand over to the closer, once; returns the closer."""
         with self._life:
+            if not self._stopping:
+                self._systemd.send("STOPPING=1", "STATUS=stopping")
             self._stopping = True
             self._wake.set()
             for job in self._channels.close():
@@ -3803,12 +3891,19 @@ def _env_value(text: str) -> bytes:
 _Stream: TypeAlias = tuple[int, bytearray]
 
 
-# A command starts only once its session is in the journal: the shell that
-# starts it first reads the line "go" from stdin, which the supervisor writes
-# after journaling; if the harness dies before, the shell reads the end of
-# stdin and exits unrun.  Then it becomes the command (exec: the same process,
-# in the same session), which reads the message after that line.
-_GATE = 'IFS= read -r go && [ "$go" = go ] || exit 125; exec /bin/sh -c "$1"'
+# The shell that runs a command ($1) keeps the journal ($2) of the run ($3)
+# true whatever becomes of the harness.  It starts the command only once its
+# session is journaled: it first reads the line "go" from stdin, which the
+# supervisor writes after journaling it (the harness dead before, it reads the
+# end of stdin and exits unrun); the command reads the message after that line.
+# When the command ends, it journals that, as the harness would if it were
+# still alive to, and ends as the command did (killed by the same signal).
+# Its own stderr is /dev/null, for a shell reports a child killed by a signal
+# there; the command gets the real one back (fd 3) in a shell of its own.
+_WRAPPER = ('exec 3>&2 2>/dev/null; IFS= read -r go && [ "$go" = go ] || exit 125; '
+            '/bin/sh -c \'exec 2>&3 3>&-; exec /bin/sh -c "$0"\' "$1"; s=$?; '
+            '[ -z "$2" ] || printf \'{"kind": "end", "id": %s, "ran": true, "status": %d}\\n\' "$3" "$s" >>"$2"; '
+            '[ "$s" -gt 128 ] && kill -"$((s - 128))" $$; exit "$s"')
 
 
 class _Commands:
@@ -3841,19 +3936,20 @@ class _Commands:
         env: dict[str, str | bytes] = {**os.environ,
                                        **{f"MOM_EVENT_{name}": _env_value(value) for name, value in fields.items()}}
         import subprocess
+        journal, run = getattr(_running, "journal", None), getattr(_running, "id", None)
         with self._lock:
             if self._stopped:
                 raise _Interrupted("not started: the harness is shutting down")
             try:
-                proc = subprocess.Popen(["/bin/sh", "-c", _GATE, "/bin/sh", self.command], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                        start_new_session=True)
+                proc = subprocess.Popen(["/bin/sh", "-c", _WRAPPER, "/bin/sh", self.command,
+                                         journal.path if journal else "", str(run)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        env=env, start_new_session=True)
             except OSError as exc:
                 raise _CommandFailed(f"cannot start the command: {exc}") from None
             self._deadlines[proc] = time.monotonic() + self.timeout if self.timeout else math.inf
-        journal = getattr(_running, "session", None)
-        if journal is not None:
-            journal(proc.pid)  # before the gate opens
+        if journal is not None:  # before the wrapper starts the command
+            journal.write({"kind": "session", "id": run, "sid": proc.pid, "start": _process_start(proc.pid)})
         try:
             killed = self._supervise(proc, event)
         finally:
@@ -3863,10 +3959,9 @@ class _Commands:
             raise _Interrupted("command stopped at shutdown")
         if killed:
             raise _CommandFailed(f"timed out after {self.timeout:g} s")
-        if proc.returncode < 0:
-            raise _CommandFailed(f"killed by signal {signal.Signals(-proc.returncode).name}")
-        if proc.returncode > 0:
-            raise _CommandFailed(f"exit status {proc.returncode}")
+        failure = _failure(proc.returncode)
+        if failure is not None:
+            raise _CommandFailed(failure)
 
     def stop_all(self) -> None:
         """Shutdown's grace ran out: SIGTERM to every running command's group
@@ -3900,7 +3995,7 @@ class _Commands:
         stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
         if stdin is None or stdout is None or stderr is None:
             raise ValueError("the command's standard streams must be pipes")  # __call__ makes them so
-        pending = b"go\n" + _command_bytes(event.message + "\n")  # the gate's line first
+        pending = b"go\n" + _command_bytes(event.message + "\n")  # the wrapper's line first
         streams = {stdout.fileno(): (logging.INFO, bytearray()),
                    stderr.fileno(): (logging.WARNING, bytearray())}
         killed, stopping, kill_at, give_up_at, exited_at = None, False, math.inf, math.inf, math.inf
@@ -4241,9 +4336,8 @@ def _serve(args: argparse.Namespace) -> int:
         stop.set()
 
     watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history,
-                            misfire_grace=args.misfire_grace,
-                            on_halt=on_halt, standby=args.standby,
-                            notify=args.notify)
+                            misfire_grace=args.misfire_grace, on_halt=on_halt, standby=args.standby,
+                            notify=args.notify, systemd=True)
     try:
         watcher.start()
     except EventError as exc:

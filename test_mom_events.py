@@ -20,6 +20,7 @@ import os
 import random
 import re
 import selectors
+import shlex
 import shutil
 import signal
 import socket
@@ -85,8 +86,8 @@ def hold(workers):
 class Harness:
     """A watcher on a temporary directory, driven by hand on simulated time."""
 
-    def __init__(self, test, now=None, handler=None, **kwargs):
-        self.dir = temp_dir(test, "mom_events_test_")
+    def __init__(self, test, now=None, handler=None, directory=None, **kwargs):
+        self.dir = temp_dir(test, "mom_events_test_") if directory is None else directory
         self.now = float(int(time.time())) if now is None else now
         self.fired = []
         self.errors = []
@@ -1800,6 +1801,42 @@ class PeriodicTest(unittest.TestCase):
         self.assertTrue(h.exists("p.json"))
         self.assertEqual(h.texts(), ["still works"])
 
+    def test_one_written_after_its_last_run_is_rejected_and_the_agent_told(self):
+        """issue 30, item 6: as a one-shot written after its time is."""
+        h = Harness(self, now=utc(2026, 5, 4, 12).timestamp(), history=None)
+        hour_ago = datetime.fromtimestamp(h.now - 3600, UTC).isoformat()
+        in_an_hour = datetime.fromtimestamp(h.now + 3600, UTC).isoformat()
+        h.write("ended.json", {**periodic(channel="C1"), "until": hour_ago}, mtime=h.now - 60)
+        h.write("years.json", periodic("0 0 0 1 1 * 2020", channel="C2"), mtime=h.now - 60)
+        h.write("first.json", {"type": "periodic", "channelId": "C3", "text": "x", "every": "2h",
+                               "until": in_an_hour}, mtime=h.now - 60)
+        h.write("kept.json", {**periodic(channel="C4"), "until": hour_ago}, mtime=h.now - 7200)  # ran, then ended
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.start()
+            h.advance(1)
+        told = {e.filename: (e.type, e.channel_id, e.text) for _, e in h.fired}
+        self.assertEqual(told, {
+            "ended.json": ("rejected", "C1", '"until" 2026-05-04T11:00:00+00:00 is 1 hour in the past (it is now '
+                                             "2026-05-04T12:00:00+00:00). The file is now ended.json.rejected: fix it "
+                                             "and move it back to ended.json."),
+            "years.json": ("rejected", "C2", "its schedule '0 0 0 1 1 * 2020' has no run after the file was written. "
+                                             "The file is now years.json.rejected: fix it and move it back to "
+                                             "years.json."),
+            "first.json": ("rejected", "C3", '"until" 2026-05-04T13:00:00+00:00 comes before its first run. The file '
+                                             "is now first.json.rejected: fix it and move it back to first.json.")})
+        self.assertEqual(sorted(p.name for p in h.dir.glob("*.json*")),
+                         ["ended.json.rejected", "first.json.rejected", "years.json.rejected"])
+        self.assertIn("kept.json: its schedule has no occurrence left; deleting it without running",
+                      "\n".join(logs.output))  # written before its end: it ended, as before
+
+    def test_check_says_one_written_after_its_last_run_will_not_run(self):
+        d = temp_dir(self, "mom_events_check_until_")
+        put(d, "ended.json", {**periodic(), "until": "2020-01-01T00:00:00Z"})
+        lines = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(d), "--check"],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(lines.returncode, 1)
+        self.assertRegex(lines.stdout, r'^ended\.json: periodic on channel C1: "until" 2020-01-01T00:00:00Z is '
+                                       r"\d+ days in the past \(it is now \S+\); it will not run\n$")
 
 class ScanTest(unittest.TestCase):
     """The scan's fast path: one stat of the directory while no name changed."""
@@ -1916,7 +1953,7 @@ class SweepForgetsTest(unittest.TestCase):
         with self.assertLogs("mom_events", "ERROR"):
             h.advance(1)
         self.assertEqual(sorted(path.name for path in h.dir.iterdir()),
-                         ["bad.json.rejected", "kept.json"])
+                         [".mom_events.journal", "bad.json.rejected", "kept.json"])
         real, stated = os.stat, []
 
         def counting(path, *args, **kwargs):
@@ -2392,6 +2429,48 @@ class QueueTest(unittest.TestCase):
         held = []
         h.w._channels._spawn = hold(held)
         return held
+
+    def test_late_is_measured_when_the_run_starts_not_when_it_is_queued(self):
+        """issue 30, item 7: an occurrence that waited 3.5 s in a busy queue runs late, and says so."""
+        def three_seconds(event):  # a run takes 3 s of simulated time
+            h.fired.append((h.now, event))
+            h.now += 3
+
+        h = Harness(self, now=utc(2026, 5, 4, 12, 0, 30).timestamp(), handler=three_seconds)
+        h.write("p.json", periodic("* * * * *"), mtime=h.now - 60)
+        h.write("q.json", periodic("* * * * *"), mtime=h.now - 60)
+        h.start()
+        h.now = utc(2026, 5, 4, 12, 1).timestamp()
+        h.step(h.now)  # both queued on time on C1 (its worker is held)
+        h.now += 0.5
+        h.run_workers()  # p.json's runs half a second late: not late; q.json's waits for it
+        self.assertEqual([(e.filename, e.late) for _, e in h.fired], [("p.json", None), ("q.json", 3.5)])
+        self.assertIn("] (late by 3 s) tick", h.fired[1][1].message)
+
+    def test_the_last_occurrence_merged_into_a_waiting_one_that_starts_meanwhile_still_ends_the_file(self):
+        """issue 30, item 10: the waiting occurrence is made the last under the
+        queues' lock, so a worker that takes it sees that it is."""
+        h = Harness(self, now=utc(2026, 5, 4, 12).timestamp())
+        start = datetime.fromtimestamp(h.now + 10, UTC).isoformat()
+        until = datetime.fromtimestamp(h.now + 20, UTC).isoformat()
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s", "start": start,
+                           "until": until}, mtime=h.now - 60)
+        h.start()
+        h.now += 10
+        h.step(h.now)  # the first occurrence waits: its worker is held
+        record = h.w._files._record
+
+        def worker_takes_it_meanwhile(outcome, *args, **kwargs):
+            record(outcome, *args, **kwargs)
+            if outcome == "coalesced":  # between the check and the flag, on today's main
+                h.workers.pop(0)()
+
+        with mock.patch.object(h.w._files, "_record", worker_takes_it_meanwhile):
+            h.now += 10
+            h.step(h.now)  # the last one: merged into the waiting one
+        h.step(h.now)
+        self.assertEqual(len(h.fired), 1)
+        self.assertFalse(h.exists("p.json"))
 
     def test_at_most_five_wait_and_the_rest_are_discarded_and_deleted(self):
         h = Harness(self)
@@ -4348,6 +4427,229 @@ class StandbyTest(CliCase):
         self.assertTrue((self.events / "later.json").exists())
 
 
+# A command for the kill tests that traces itself: begin, then end (after sleeping its text's seconds)
+# or term (stopped), with its file, type, due time, its own PID, its harness's PID and the time.
+# Its stderr is /dev/null: its harness killed, a shell's report on it would die of SIGPIPE untraced.
+_TRACED = ('exec 2>/dev/null; h=$(cut -d" " -f4 /proc/$PPID/stat); '
+           't() { echo "$1 $MOM_EVENT_FILE $MOM_EVENT_TYPE ${MOM_EVENT_DUE:--} $$ $h $(date +%s.%N)" >> {trace}; }; t begin; trap \'trap "" TERM; t term; exit 143\' TERM; '
+           'sleep "$MOM_EVENT_TEXT" 2>/dev/null & wait $!; t end')
+
+
+class Run:
+    """One run in a kill test's trace."""
+
+    def __init__(self, file, type, due, pid, harness, begin):
+        self.file, self.type, self.due, self.pid, self.harness = file, type, due, pid, harness
+        self.begin, self.close, self.ended = begin, math.inf, False
+
+    def __repr__(self):
+        return f"{self.file}:{self.type}@{self.due} by {self.harness} [{self.begin:.3f}, {self.close:.3f}]"
+
+
+def read_trace(path):
+    runs, open_runs = [], {}
+    for line in Path(path).read_text().splitlines():
+        what, file, kind, due, pid, harness, at = line.split(" ")
+        if what == "begin":
+            open_runs[pid] = run = Run(file, kind, due, pid, harness, float(at))
+            runs.append(run)
+        elif pid in open_runs:  # "term" may follow "end" (stopped as it ended): the first says
+            run = open_runs.pop(pid)
+            run.close, run.ended = float(at), what == "end"
+    return runs
+
+
+class KillTest(CliCase):
+    """issue 30, items 1 and 4: the harness killed at any instant, beside a
+    standby, under --exec; and systemd's notify protocol."""
+
+    def trace_command(self):
+        self.trace = self.dir / "trace"
+        self.trace.touch()
+        return _TRACED.replace("{trace}", shlex.quote(str(self.trace)))
+
+    def test_a_standby_stops_the_dead_harness_command_before_it_runs_the_file_again(self):
+        history = self.dir / "history.jsonl"
+        command = self.trace_command()
+        active = self.serve("--exec", command, "--history", history)
+        standby = Cli(self, self.events, "--poll", "0.05", "--standby", "--exec", command, "--history", history)
+        standby.wait_err("standing by")
+        self.put("long.json", immediate("C1", "30"))
+        self.assertTrue(wait_for(lambda: "begin long.json" in self.trace.read_text()))
+        active.proc.kill()
+        active.finish()
+        standby.wait_err("took over")
+        self.assertTrue(wait_for(lambda: self.trace.read_text().count("begin long.json") == 2, 5))
+        first, second = read_trace(self.trace)
+        self.assertFalse(first.ended)
+        self.assertLess(first.close, second.begin)  # stopped (its trap said so) before the file ran again
+        self.assertNotEqual(first.harness, second.harness)
+        self.assertFalse(alive(int(first.pid)))
+        self.assertRegex(standby.wait_err("cut short"), r"long\.json: cut short: the harness \(process \d+\) died "
+                                                        r"while it ran; stopped the [34] processes its command left; "
+                                                        r"its file stays, so it runs again$")
+        interrupted = [r for r in read_history(history) if r["outcome"] == "interrupted"]
+        self.assertEqual([(r["filename"], r["channelId"]) for r in interrupted], [("long.json", "C1")])
+
+    def test_a_command_whose_harness_dies_before_it_is_journaled_never_starts(self):
+        ran = self.dir / "ran"
+        proc = subprocess.Popen(["/bin/sh", "-c", mom_events._WRAPPER, "/bin/sh", f"touch {ran}", "", ""],
+                                stdin=subprocess.PIPE)
+        proc.stdin.close()  # the harness died: the wrapper reads the end of stdin, not "go"
+        self.assertEqual(proc.wait(10), 125)
+        self.assertFalse(ran.exists())
+
+    def test_a_command_that_ends_after_its_harness_died_is_recorded_by_the_next(self):
+        history = self.dir / "history.jsonl"
+        active = self.serve("--exec", f"touch {self.dir / 'began'}; sleep 1; exit 3", "--history", history)
+        self.put("a.json", immediate("C1"))
+        self.assertTrue(wait_for((self.dir / "began").exists))
+        active.proc.kill()
+        active.finish()
+        time.sleep(1.5)  # the command ends on its own, and its shell journals that
+        after = self.serve("--history", history)
+        self.assertTrue(wait_for(lambda: not (self.events / "a.json").exists(), 5))
+        time.sleep(0.3)
+        self.assertEqual(after.out, [])  # it ran: not again
+        self.assertEqual([(r["outcome"], r.get("detail")) for r in read_history(history)][-1:],
+                         [("failed", "exit status 3")])
+
+    def test_sigkill_at_random_instants_overlaps_no_run_orphans_no_process_and_loses_nothing(self):
+        kills = int(os.environ.get("MOM_EVENTS_KILLS", "8"))
+        rng = random.Random(int(os.environ.get("MOM_EVENTS_KILL_SEED", "30")))
+        history, command = self.dir / "history.jsonl", self.trace_command()
+        args = ("--exec", command, "--history", history, "--grace", "5")
+        self.put("every.json", {"type": "periodic", "channelId": "C4", "text": "0.3", "every": "1s", "catchUp": True,
+                                "start": datetime.fromtimestamp(math.floor(time.time()) + 1, UTC).isoformat()})
+        self.put("cron.json", periodic("* * * * * *", "C5", "0.2"))
+        files, serial = {}, itertools.count()
+        def harness(role):
+            cli = Cli(self, self.events, "--poll", "0.05", "--standby", *args)
+            cli.wait_err(role)
+            return cli
+
+        active, standby = harness("watching"), harness("standing by")
+        harnesses = [active, standby]
+        began = time.time()
+        for _ in range(kills):
+            for _ in range(rng.randint(1, 4)):  # what a bot writes meanwhile
+                name, channel = f"f{next(serial)}.json", f"C{rng.randint(1, 3)}"
+                text = f"{rng.uniform(0.02, 0.4):.2f}"
+                if rng.random() < 0.5:
+                    files[name] = "immediate"
+                    self.put(name, immediate(channel, text))
+                else:
+                    files[name] = "one-shot"
+                    self.put(name, one_shot(time.time() + rng.uniform(0, 1.5), channel, text))
+                time.sleep(rng.uniform(0, 0.3))
+            time.sleep(rng.uniform(0, 1.5))
+            active.proc.kill()
+            active.finish()
+            if rng.random() < 0.3:  # and the standby about when it takes over (it tries every 0.2 s)
+                time.sleep(rng.uniform(0.1, 0.4))
+                standby.proc.kill()
+                standby.finish()
+                standby = harness("watching")
+                harnesses.append(standby)
+            else:
+                standby.wait_err("took over")
+            active, standby = standby, harness("standing by")
+            harnesses.append(standby)
+        time.sleep(2.5)  # what is left runs
+        for cli in (standby, active):
+            cli.signal(signal.SIGTERM)
+            self.assertIn(cli.finish(), (0, 1))
+        ended = time.time()
+        runs, records = read_trace(self.trace), read_history(history)
+        if os.environ.get("MOM_EVENTS_KILL_DUMP"):
+            print(self.trace.read_text(), *(line for cli in harnesses for line in cli.err), sep="\n")
+        for run in runs:  # nothing of a run is left, and each closed before anything of a later harness began
+            self.assertFalse(alive(int(run.pid)), run)
+            self.assertLess(run.close, math.inf, run)
+            for later in runs:
+                if later.harness != run.harness and later.begin > run.begin:
+                    self.assertLess(run.close, later.begin, (run, later))
+        by_channel = {}
+        for run in sorted(runs, key=lambda run: run.begin):  # one run at a time per channel
+            channel = {"every.json": "C4", "cron.json": "C5"}.get(run.file)
+            key = channel or next(r["channelId"] for r in records if r["filename"] == run.file)
+            previous = by_channel.get(key)
+            self.assertTrue(previous is None or previous.close <= run.begin, (previous, run))
+            by_channel[key] = run
+        outcomes = {}
+        for r in records:
+            outcomes.setdefault(r["filename"], []).append(r["outcome"])
+        for name, kind in files.items():  # each ran to its end once, or was told as missed, or dropped by a rule
+            done = sum(run.ended for run in runs if run.file == name and run.type == kind)
+            told = sum(run.ended for run in runs if run.file == name and run.type == "missed")
+            dropped = {"stale", "discarded"} & set(outcomes.get(name, []))
+            self.assertEqual((done + told, bool(dropped)), (0, True) if not done + told and dropped else (1, False),
+                             (name, kind, outcomes.get(name), [run for run in runs if run.file == name]))
+            self.assertFalse((self.events / name).exists(), name)
+        for name in ("every.json", "cron.json"):  # each occurrence ran once, or was told as missed
+            started = [run for run in runs if run.file == name]
+            self.assertEqual(len({run.due for run in started if run.ended}), sum(run.ended for run in started))
+            due = {datetime.fromtimestamp(math.floor(began) + i, UTC).isoformat()
+                   for i in range(2, math.floor(ended - began) - 2)}
+            accounted = {run.due for run in started} | {
+                r["dueAt"].replace("+00:00", "+00:00") for r in records
+                if r["filename"] == name and r["outcome"] in ("coalesced", "discarded", "cancelled") and "dueAt" in r}
+            missed = sum(int(r["detail"].split()[0]) for r in records if r["filename"] == name
+                         and r["outcome"] == "missed")
+            caught_up = sum(r.get("dueAt") is not None and any(
+                datetime.fromisoformat(r["dueAt"]) == datetime.fromisoformat(run.due) for run in started)
+                for r in records if r["filename"] == name and r["outcome"] == "missed")
+            unaccounted = {d for d in due if not any(datetime.fromisoformat(d) == datetime.fromisoformat(a)
+                                                     for a in accounted if a != "-")}
+            self.assertLessEqual(len(unaccounted), missed - caught_up, (name, sorted(unaccounted), missed))
+
+    def test_systemd_hears_ready_watchdog_pings_from_the_loop_and_stopping(self):
+        for address in (str(self.dir / "notify"), f"@mom_events_test_{os.getpid()}"):
+            with self.subTest(address=address):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self.addCleanup(sock.close)
+                sock.bind("\0" + address[1:] if address.startswith("@") else address)
+                sock.settimeout(5)
+
+                def drain():
+                    sock.settimeout(0)
+                    messages = []
+                    with contextlib.suppress(BlockingIOError):
+                        while True:
+                            messages.append(sock.recv(4096).decode())
+                    sock.settimeout(5)
+                    return messages
+
+                env = dict(os.environ, NOTIFY_SOCKET=address, WATCHDOG_USEC="200000")
+                cli = self.serve(env=env)
+                self.assertEqual(sock.recv(4096).decode(), f"READY=1\nSTATUS=watching {self.events}")
+                pings = [sock.recv(4096) for _ in range(3)]
+                self.assertEqual(pings, [b"WATCHDOG=1"] * 3)
+                cli.signal(signal.SIGSTOP)  # a harness that hangs pings no more
+                time.sleep(0.3)
+                drain()
+                time.sleep(0.5)
+                self.assertEqual(drain(), [])
+                cli.signal(signal.SIGCONT)
+                self.assertEqual(sock.recv(4096), b"WATCHDOG=1")
+                cli.signal(signal.SIGTERM)
+                self.assertEqual(cli.finish(), 0)
+                self.assertIn("STOPPING=1\nSTATUS=stopping", drain())
+
+    def test_a_standby_says_when_the_harness_it_waits_for_hangs(self):
+        holder = mom_events._DirectoryLock(str(self.events))
+        self.addCleanup(holder.release, clean=False)
+        holder.beat()
+        os.utime(self.events / ".mom_events.lock", (time.time() - 45, time.time() - 45))  # silent since
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            standby = EventsWatcher(self.events, print, standby=True).start()
+            self.addCleanup(standby.stop)
+            self.assertTrue(wait_for(lambda: any("sign of life" in line for line in logs.output), 2))
+        self.assertRegex(logs.output[-1], r"is already watched by process \d+ \(lock file \.mom_events\.lock\), and "
+                                          r"has shown no sign of life for 45 s: it may hang \(under systemd, "
+                                          r"WatchdogSec= replaces a harness that hangs\)$")
+
+
 class ShutdownTest(CliCase):
     def test_running_commands_finish_their_files_go_queued_files_stay(self):
         cli = self.serve("--exec", "sleep 0.5")
@@ -5246,7 +5548,7 @@ class HistoryInEventsTest(CliCase):
                 self.assertEqual(len(cli.out), 2, cli.out)
                 self.assertFalse([line for line in cli.err if "history.json" in line], cli.err)
                 self.assertEqual(sorted(path.name for path in self.events.iterdir()),
-                                 [".mom_events.lock", "history.json"])
+                                 [".mom_events.journal", ".mom_events.lock", "history.json"])
                 records = read_history(history)
                 self.assertEqual([(r["filename"], r["outcome"]) for r in records],
                                  [(name, outcome) for name in ("a.json", "b.json")
@@ -7390,6 +7692,223 @@ class DowntimeTest(unittest.TestCase):
         with mock.patch.object(mom_events, "_FAST_SCAN", False):
             h.tick(h.now + 90)
         self.assertEqual(h.texts()[1:], ["after"])
+
+
+class CrashTest(unittest.TestCase):
+    """A harness killed at any instant (SIGKILL: nothing of it runs on, its
+    journal and the lock's last beat stay) and the one that takes over, on
+    simulated time: what ran is not run again, what fell due just after the
+    kill is caught up or told as missed, and no notice is lost or sent twice
+    (issue 30, items 2 and 3)."""
+
+    def setUp(self):
+        self.history = temp_dir(self, "mom_events_crash_history_") / "history.jsonl"
+
+    def harness(self, now=None, directory=None, **kwargs):
+        return Harness(self, now=now, directory=directory, history=self.history, **kwargs)
+
+    def successor(self, dead, now, last_beat, clean=False):
+        """What takes over from ``dead`` at ``now``, when its lock's last beat was at ``last_beat``."""
+        h = self.harness(now=now, directory=dead.dir)
+        h.w._startup(now, (last_beat, clean))
+        h.run_workers()
+        return h
+
+    def outcomes(self, name):
+        return [r["outcome"] for r in read_history(self.history) if r["filename"] == name]
+
+    def test_a_run_that_ended_before_the_kill_is_not_run_again_and_its_file_goes(self):
+        h = self.harness()
+        h.write("dentist.json", one_shot(h.now + 10, text="dentist"), mtime=h.now - 5)  # not too recent to trust
+        h.start()
+        h.now += 10
+        h.step(h.now)
+        h.workers.pop(0)()  # the worker ran it; killed before the scheduler's next step deleted the file
+        self.assertEqual(h.texts(), ["dentist"])
+        self.assertTrue(h.exists("dentist.json"))
+        with self.assertLogs("mom_events", "INFO") as logs:
+            after = self.successor(h, h.now + 3, last_beat=h.now - 0.4)
+        self.assertEqual(after.fired, [])
+        self.assertFalse(h.exists("dentist.json"))
+        self.assertIn("dentist.json: it ran before the last harness died, which had yet to delete it: deleted",
+                      "\n".join(logs.output))
+        self.assertEqual(self.outcomes("dentist.json"), ["queued", "started", "done"])
+
+    def test_a_run_cut_short_by_the_kill_is_recorded_and_its_file_runs_again(self):
+        h = self.harness()
+        h.write("hook.json", immediate(text="hook"))
+        h.w._startup(h.now, None)  # queued, not run: its worker is held
+        self.assertEqual(len(h.workers), 1)
+        journal = h.w._files.journal
+        journal.write({"kind": "run", "id": 99, "file": "hook.json", "type": "immediate", "channelId": "C1",
+                       "due": None, "sig": None, "final": True})  # as perform writes it, before the handler
+        with self.assertLogs("mom_events", "INFO") as logs:
+            after = self.successor(h, h.now + 2, last_beat=h.now)
+        self.assertEqual(after.texts(), ["hook"])
+        self.assertIn(f"hook.json: cut short: the harness (process {os.getpid()}) died while it ran; its file stays, "
+                      "so it runs again", "\n".join(logs.output))
+        self.assertEqual(self.outcomes("hook.json"), ["queued", "interrupted", "queued", "started", "done"])
+
+    def test_an_occurrence_due_just_after_the_kill_is_caught_up(self):
+        """issue 30, item 2: every 10 s with catchUp, killed 0.5 s before an
+        occurrence, restarted 4 s after it."""
+        for ran_it in (False, True):
+            with self.subTest(the_dead_harness_ran_it=ran_it):
+                h = self.harness()
+                t0 = h.now
+                h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "check", "every": "10s",
+                                   "start": datetime.fromtimestamp(t0 + 10, UTC).isoformat(), "catchUp": True},
+                        mtime=t0 - 1)
+                h.start()
+                h.advance(10 + 10 * ran_it)
+                self.assertEqual(len(h.fired), 1 + ran_it)
+                after = self.successor(h, t0 + 24, last_beat=t0 + 19)  # killed at t0 + 19.5
+                if ran_it:
+                    self.assertEqual(after.fired, [])
+                else:
+                    self.assertEqual([(e.due.timestamp(), e.late) for _, e in after.fired], [(t0 + 20, 4.0)])
+                missed = [r for r in read_history(self.history) if r["outcome"] == "missed"]
+                self.assertEqual([r["detail"] for r in missed],
+                                 [] if ran_it else ["1 occurrence fell due while no harness was running; running "
+                                                    "the latest now, late (catchUp)"])
+                self.history.unlink()
+
+    def test_an_occurrence_queued_but_never_started_counts_as_missed(self):
+        h = self.harness()
+        t0 = h.now
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "tick", "every": "10s",
+                           "start": datetime.fromtimestamp(t0 + 10, UTC).isoformat(), "catchUp": True}, mtime=t0 - 1)
+        h.start()
+        h.now = t0 + 10
+        h.step(h.now)  # queued; its worker never ran: the channel was busy
+        self.assertEqual((h.fired, len(h.workers)), ([], 1))
+        with self.assertLogs("mom_events", "INFO"):
+            after = self.successor(h, t0 + 13, last_beat=t0 + 12)
+        self.assertEqual([(e.due.timestamp(), e.late) for _, e in after.fired], [(t0 + 10, 3.0)])
+
+    def test_a_catch_up_is_counted_and_run_once_when_the_harness_dies_during_its_start_up(self):
+        """issue 30, item 3: killed during its start-up, a harness leaves the
+        lock's trace as it was, so the next one sees the same window."""
+        for started in (True, False):
+            with self.subTest(the_catch_up_started=started):
+                h = self.harness()
+                h.write("p.json", {**periodic("*/10 * * * * *", text="tick"), "catchUp": True}, mtime=h.now - 600)
+                trace = (h.now - 60, True)  # stopped a minute ago: 6 occurrences missed
+                with self.assertLogs("mom_events", "INFO"):
+                    h.w._startup(h.now, trace)
+                if started:
+                    h.workers.pop(0)()  # the catch-up ran; killed before the first beat
+                after = self.harness(now=h.now + 1, directory=h.dir)
+                after.w._startup(after.now, trace)
+                after.run_workers()
+                self.assertEqual(len(h.fired) + len(after.fired), 1)
+                missed = [r["detail"] for r in read_history(self.history) if r["outcome"] == "missed"]
+                self.assertEqual(missed[0], "6 occurrences fell due while no harness was running; running the "
+                                            "latest now, late (catchUp)")
+                self.assertEqual(missed[1:], [] if started else [
+                    "1 occurrence fell due while no harness was running; running the latest now, late (catchUp)"])
+                self.history.unlink()
+
+    def test_a_missed_notice_is_sent_though_the_harness_dies_before_it_runs(self):
+        """issue 30, item 3: the one-shot is deleted once its notice is
+        journaled, so no later harness could otherwise send it."""
+        h = self.harness()
+        h.write("dentist.json", one_shot(h.now - 300, "C2", text="dentist"))
+        with self.assertLogs("mom_events", "INFO"):
+            h.w._startup(h.now, (h.now - 600, True))
+        self.assertFalse(h.exists("dentist.json"))
+        self.assertEqual((h.fired, len(h.workers)), ([], 1))  # killed before the notice ran
+        with self.assertLogs("mom_events", "INFO") as logs:
+            after = self.successor(h, h.now + 2, last_beat=h.now)
+        self.assertEqual([(e.filename, e.type, e.channel_id) for _, e in after.fired],
+                         [("dentist.json", "missed", "C2")])
+        self.assertRegex(after.fired[0][1].text, r"^It was due at \S+ while no harness was running \(from ")
+        self.assertIn("dentist.json: sending the missed-run notice the last harness did not send",
+                      "\n".join(logs.output))
+        third = self.successor(after, after.now + 2, last_beat=after.now)  # sent: never again
+        self.assertEqual(third.fired, [])
+
+    def test_a_rejection_notice_is_sent_though_the_harness_dies_before_it_runs(self):
+        h = self.harness()
+        h.write("bad.json", {"type": "one-shot", "channelId": "C3", "text": "x"})
+        with self.assertLogs("mom_events", "ERROR"):
+            h.w._startup(h.now, None)
+            for delay in (0.1, 0.2, 0.4):  # the retries, then the rename
+                h.now += delay
+                h.step(h.now)
+        self.assertTrue(h.exists("bad.json.rejected"))
+        self.assertEqual((h.fired, len(h.workers)), ([], 1))  # killed before the notice ran
+        after = self.successor(h, h.now + 2, last_beat=h.now)
+        self.assertEqual([(e.type, e.channel_id) for _, e in after.fired], [("rejected", "C3")])
+
+    def test_a_notice_whose_file_was_still_there_is_told_again_by_its_judge_not_twice(self):
+        h = self.harness()
+        h.write("dentist.json", one_shot(h.now - 300, "C2", text="dentist"))
+        sig = mom_events._stat_entry(str(h.dir / "dentist.json")).sig
+        h.w._files.journal.begin([])  # killed after journaling the notice, before deleting the file
+        h.w._files.journal.write({"kind": "notice", "id": 1, "file": "dentist.json", "sig": list(sig),
+                                  "event": {"filename": "dentist.json", "type": "missed", "channel_id": "C2",
+                                            "text": "old"}})
+        with self.assertLogs("mom_events", "INFO"):
+            after = self.successor(h, h.now, last_beat=h.now - 600, clean=True)
+        self.assertEqual([(e.type, e.text[:11]) for _, e in after.fired], [("missed", "It was due ")])
+
+    def test_a_file_left_under_its_private_name_is_put_back(self):
+        h = self.harness()
+        h.write(".late.json.mom_events-taken", one_shot(h.now + 60, text="late"))  # killed mid-deletion
+        h.start()
+        self.assertTrue(h.exists("late.json"))
+        self.assertFalse(h.exists(".late.json.mom_events-taken"))
+        h.advance(60)
+        self.assertEqual(h.texts(), ["late"])
+
+    def test_the_journal_is_rewritten_small_keeping_what_is_open(self):
+        h = self.harness()
+        h.write("slow.json", immediate("C9", text="slow"))
+        h.w._startup(h.now, None)
+        journal = h.w._files.journal
+        for i in range(2000):  # 2,000 runs come and go
+            journal.write({"kind": "run", "id": 10_000 + i, "file": f"f{i}.json", "type": "immediate",
+                           "channelId": "C1", "due": None, "sig": None, "final": True})
+            journal.write({"kind": "end", "id": 10_000 + i, "ran": True, "by": "harness"})
+        h.workers.pop(0)  # slow.json's run is started by hand below, and never ends
+        journal.write({"kind": "run", "id": 7, "file": "slow.json", "type": "immediate", "channelId": "C9",
+                       "due": None, "sig": None, "final": True})
+        journal.write({"kind": "session", "id": 7, "sid": 123456, "start": 42})
+        self.assertGreater(os.path.getsize(journal.path), mom_events._JOURNAL_COMPACT)
+        journal.compact()
+        self.assertLess(os.path.getsize(journal.path), 1000)
+        left = journal.left()
+        self.assertEqual([(r["file"], r["sid"], r["start"]) for r in left.cut], [("slow.json", 123456, 42)])
+        self.assertEqual(left.pid, os.getpid())
+        journal.write({"kind": "end", "id": 7, "ran": True, "by": "harness"})  # appended to the new file
+        self.assertEqual(journal.left().cut, [])
+
+    def test_a_journal_cut_anywhere_reads_as_what_it_holds_whole(self):
+        """A journal cut by a crash at any byte (or a power loss) reads as its whole records."""
+        h = self.harness()
+        journal = h.w._files.journal
+        journal.begin([])
+        records = [{"kind": "fire", "file": "p.json", "mtime": 5, "due": 10.0, "queued": True},
+                   {"kind": "run", "id": 1, "file": "p.json", "type": "periodic", "channelId": "C1", "due": 10.0,
+                    "sig": [1, 2, 3, 5, 6], "final": False},
+                   {"kind": "session", "id": 1, "sid": 77, "start": 9},
+                   {"kind": "end", "id": 1, "ran": True, "status": 0},
+                   {"kind": "notice", "id": 2, "file": "x.json", "sig": None,
+                    "event": {"filename": "x.json", "type": "rejected", "channel_id": "C1", "text": "bad"}},
+                   {"kind": "counted", "file": "p.json", "mtime": 5, "until": 11.0}]
+        for record in records:
+            journal.write(record)
+        data = Path(journal.path).read_bytes()
+        rng = random.Random(30)
+        for cut in sorted(rng.sample(range(len(data)), 60)) + [len(data)]:
+            left = mom_events._fold(data[:cut] + rng.choice([b"", b"\x00\xff{", b'{"kind": "end"}\n']))
+            whole = data[:cut].count(b"\n")  # records 0 .. whole - 1 are whole (the first line is the header)
+            self.assertEqual(len(left.cut), 1 if 3 <= whole < 5 else 0, cut)
+            self.assertEqual(len(left.ended), 1 if whole >= 5 else 0, cut)
+            self.assertEqual(len(left.notices), 1 if whole >= 6 else 0, cut)
+        account = mom_events._fold(data).accounts[("p.json", 5)]
+        self.assertEqual((account.fired, account.lost, account.counted), ({10.0}, set(), 11.0))
 
 
 class MisfireGraceTest(unittest.TestCase):
