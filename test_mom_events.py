@@ -4431,7 +4431,8 @@ class StandbyTest(CliCase):
 # or term (stopped), with its file, type, due time, its own PID, its harness's PID and the time.
 # Its stderr is /dev/null: its harness killed, a shell's report on it would die of SIGPIPE untraced.
 _TRACED = ('exec 2>/dev/null; h=$(cut -d" " -f4 /proc/$PPID/stat); '
-           't() { echo "$1 $MOM_EVENT_FILE $MOM_EVENT_TYPE ${MOM_EVENT_DUE:--} $$ $h $(date +%s.%N)" >> {trace}; }; t begin; trap \'trap "" TERM; t term; exit 143\' TERM; '
+           't() { echo "$1 $MOM_EVENT_FILE $MOM_EVENT_TYPE ${MOM_EVENT_DUE:--} $$ $h $(date +%s.%N)" >> {trace}; }; '
+           't begin; trap \'trap "" TERM; t term; exit 143\' TERM; '
            'sleep "$MOM_EVENT_TEXT" 2>/dev/null & wait $!; t end')
 
 
