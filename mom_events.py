@@ -980,10 +980,10 @@ _MISSED_COUNT = 100
 @dataclass(frozen=True, slots=True)
 class _Account:
     """What the journal says a harness that died did with the occurrences of
-    one version of a periodic file: those it fired (ran, started, merged into
-    a waiting one or discarded: not missed), those it queued but never
-    started (missed, whenever due), and until when missed ones were counted
-    already (by a start-up that died in turn)."""
+    one version of a periodic file: those it fired (ran, merged into a waiting
+    one, discarded or withdrawn: not missed), those it queued that never
+    ended (missed, whenever due: waiting, or cut short), and until when missed
+    ones were counted already (by a start-up that died in turn)."""
 
     fired: frozenset[float] = frozenset()
     lost: frozenset[float] = frozenset()
@@ -1065,9 +1065,9 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
         return _Verdict("run")
     if event.type == "periodic":
         mtime = mtime_ns / 1e9
-        if math.isinf(_next_fire_ts(event, mtime, mtime)):  # the writer's mistake, as a one-shot's past "at" is
-            return _Verdict("reject", reason=_no_run_left(event, now))
         due = _next_fire_ts(event, now, mtime)
+        if math.isinf(due) and math.isinf(_next_fire_ts(event, mtime, mtime)):  # as a one-shot's past "at" is
+            return _Verdict("reject", reason=_no_run_left(event, now))
         missed, latest = 0, None
         if startup is not None and (since := startup.periodic_since) is not None:
             missed, latest = _missed(event, since, now, mtime, startup.accounts.get((event.filename, mtime_ns)))
@@ -1543,15 +1543,16 @@ _JOURNAL_COMPACT = 64 << 10  # bytes: a longer journal is rewritten with only wh
 # A record's kind, and what it says (every record is one JSON object on a line):
 # "harness"  who writes the records after it: its PID, and the machine its
 #            commands' process IDs belong to (see _machine);
-# "fire"     a periodic occurrence of "file" (modified at "mtime"), due at "due",
-#            was queued ("queued": true) or merged into a waiting one or discarded;
-# "run"      run "id" started: the occurrence's "file", "type", "channelId", "due",
-#            its file's signature "sig", and whether the file goes once it has run;
-# "session"  run "id"'s --exec command is session "sid", its leader started at
-#            "start" (see _process_start): written before the command may start;
-# "end"      run "id" ended, and whether it "ran" to its end (not cut short at shutdown),
-#            written "by" the harness once the history has it, or by the shell that ran its
-#            command (see _WRAPPER) with the command's exit "status", should the harness be dead;
+# "fire"     a periodic occurrence of "file" (modified at "mtime"), due at "due", was
+#            queued ("queued": true), or merged into a waiting one, discarded or withdrawn;
+# "run"      run "id" of an --exec command started: the occurrence's "file", "type",
+#            "channelId", "due", its file's signature "sig", whether the file goes once it
+#            has run ("final"), and the command's session "sid", whose leader started at
+#            "start" (see _process_start); written before the command may start;
+# "end"      run "id" ended, and whether it "ran" to its end (not cut short at shutdown):
+#            written "by" the harness once the history has it, with what a "run" record
+#            says, or by the shell that ran the command (see _WRAPPER), with its exit
+#            "status", should the harness be dead by then;
 # "notice"   notice "id" is to be sent: its "event", about "file" (signature "sig"),
 #            written before that file is deleted or renamed; its run's "end" says it was sent;
 # "counted"  "file"'s missed occurrences before "until" are in the history already.
@@ -1582,7 +1583,6 @@ def _fold(data: bytes) -> _Left:
     ended: dict[int, dict[str, Any]] = {}
     notices: dict[int, dict[str, Any]] = {}
     fires: dict[tuple[str, int, float], dict[str, Any]] = {}   # by (file, mtime, due): the last one
-    started: set[tuple[str, int, float]] = set()
     counted: dict[tuple[str, int], float] = {}
     for line in data.splitlines():
         try:
@@ -1594,21 +1594,15 @@ def _fold(data: bytes) -> _Left:
                 fires[record["file"], record["mtime"], record["due"]] = record
             elif kind == "run":
                 runs[record["id"]] = record
-                if record["type"] == "periodic" and record["sig"] is not None:
-                    started.add((record["file"], record["sig"][3], record["due"]))
-            elif kind == "session":
-                runs[record["id"]].update(sid=record["sid"], start=record["start"])
             elif kind == "end":
                 notices.pop(record["id"], None)
                 run = runs.pop(record["id"], None) or ended.get(record["id"])
-                if run is None:
-                    continue
-                ended[record["id"]] = run
                 if record.get("by") == "harness":  # it knew best, and it recorded the run
-                    run.update(ran=record["ran"], recorded=True)
-                else:  # the command's shell, on its own
-                    run.setdefault("ran", record["ran"])
-                    run["status"] = record.get("status")
+                    run = {**(run or {}), **record, "recorded": True}
+                elif run is not None:  # the command's shell, on its own
+                    run = {"ran": record["ran"], **run, "status": record.get("status")}
+                if run is not None and "file" in run:
+                    ended[record["id"]] = run
             elif kind == "notice":
                 notices[record["id"]] = record
             elif kind == "counted":
@@ -1617,14 +1611,13 @@ def _fold(data: bytes) -> _Left:
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             continue
     left.cut, left.ended, left.notices = list(runs.values()), list(ended.values()), list(notices.values())
-    for version in {key[:2] for key in [*started, *fires]}:
-        mine = [(key[2], fire["queued"]) for key, fire in fires.items() if key[:2] == version]
-        ran = {key[2] for key in started if key[:2] == version}
-        fired = frozenset(ran | {due for due, queued in mine if not queued})
-        left.accounts[version] = _Account(fired, frozenset(due for due, _ in mine) - fired,
-                                          counted.get(version, -math.inf))
-    lost = [fire for key, fire in fires.items() if fire["queued"] and key not in started]
-    left.open = [*lost, *runs.values(), *left.notices]
+    done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run["type"] == "periodic"}
+    queued = {key for key, fire in fires.items() if fire["queued"]}
+    for version in {key[:2] for key in [*done, *fires]}:  # a queued occurrence that never ended was missed
+        fired = {key[2] for key in [*done, *fires] if key[:2] == version and (key in done or key not in queued)}
+        missed = {key[2] for key in queued - done if key[:2] == version}
+        left.accounts[version] = _Account(frozenset(fired), frozenset(missed), counted.get(version, -math.inf))
+    left.open = [*(fires[key] for key in queued - done), *runs.values(), *left.notices]
     return left
 
 
@@ -1794,8 +1787,8 @@ class _Systemd:
             self.send("WATCHDOG=1")
 
 
-# The journal and the id of the run being performed on this thread, for the --exec
-# supervisor to journal its command under: set by _Files.perform around the handler.
+# The journal and the run being performed on this thread (what its "end" record will
+# say), for the --exec supervisor to journal its command under: set by _Files.perform.
 _running = threading.local()
 
 
@@ -2839,7 +2832,9 @@ class _Files:
             detail += f"; stopped the {stopped} process{'es' if stopped > 1 else ''} its command left"
         if run["type"] in _NOTICES:
             detail += "; it is sent again"
-        elif run["type"] != "periodic":
+        elif run["type"] == "periodic":
+            detail += "; it counts as missed"
+        else:
             detail += "; its file stays, so it runs again"
         log.warning("%s: %s", run["file"], detail)
         self._record("interrupted", run["file"], type=run["type"], channelId=run["channelId"], dueAt=run["due"],
@@ -3140,18 +3135,17 @@ class _Files:
         started = time.time()
         if job.due is not None and (event.late is not None or self._clock() - job.due >= _LATE):
             event = replace(event, late=max(0.0, self._clock() - job.due))
-        self.journal.write({"kind": "run", "id": job.id, "file": event.filename, "type": event.type,
-                            "channelId": event.channel_id, "due": job.due,
-                            "sig": None if job.sig is None else list(job.sig), "final": job.final})
         self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
-        _running.journal, _running.id = self.journal, job.id  # for --exec's command
+        run = {"id": job.id, "file": event.filename, "type": event.type, "channelId": event.channel_id,
+               "due": job.due, "sig": None if job.sig is None else list(job.sig), "final": job.final}
+        _running.journal, _running.run = self.journal, run  # for --exec, to journal its command under
         try:
             finished, error = self._execute(event)
         finally:
-            _running.journal = _running.id = None
+            _running.journal = _running.run = None
         self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
                      startedAt=started, finishedAt=time.time(), detail=error)
-        self.journal.write({"kind": "end", "id": job.id, "ran": finished, "by": "harness"})  # and recorded
+        self.journal.write({"kind": "end", **run, "ran": finished, "by": "harness"})  # the history has it
         if finished and job.final:
             self._finished.append(job)
 
@@ -3936,20 +3930,20 @@ class _Commands:
         env: dict[str, str | bytes] = {**os.environ,
                                        **{f"MOM_EVENT_{name}": _env_value(value) for name, value in fields.items()}}
         import subprocess
-        journal, run = getattr(_running, "journal", None), getattr(_running, "id", None)
+        journal, run = getattr(_running, "journal", None), getattr(_running, "run", None)
         with self._lock:
             if self._stopped:
                 raise _Interrupted("not started: the harness is shutting down")
             try:
                 proc = subprocess.Popen(["/bin/sh", "-c", _WRAPPER, "/bin/sh", self.command,
-                                         journal.path if journal else "", str(run)],
+                                         journal.path if journal and run else "", str(run and run["id"])],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env=env, start_new_session=True)
             except OSError as exc:
                 raise _CommandFailed(f"cannot start the command: {exc}") from None
             self._deadlines[proc] = time.monotonic() + self.timeout if self.timeout else math.inf
-        if journal is not None:  # before the wrapper starts the command
-            journal.write({"kind": "session", "id": run, "sid": proc.pid, "start": _process_start(proc.pid)})
+        if journal is not None and run is not None:  # before the wrapper starts the command
+            journal.write({"kind": "run", **run, "sid": proc.pid, "start": _process_start(proc.pid)})
         try:
             killed = self._supervise(proc, event)
         finally:

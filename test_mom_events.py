@@ -7742,7 +7742,7 @@ class CrashTest(unittest.TestCase):
         self.assertEqual(len(h.workers), 1)
         journal = h.w._files.journal
         journal.write({"kind": "run", "id": 99, "file": "hook.json", "type": "immediate", "channelId": "C1",
-                       "due": None, "sig": None, "final": True})  # as perform writes it, before the handler
+                       "due": None, "sig": None, "final": True, "sid": 2 ** 22 + 1, "start": 1})  # a command's
         with self.assertLogs("mom_events", "INFO") as logs:
             after = self.successor(h, h.now + 2, last_beat=h.now)
         self.assertEqual(after.texts(), ["hook"])
@@ -7869,13 +7869,11 @@ class CrashTest(unittest.TestCase):
         h.w._startup(h.now, None)
         journal = h.w._files.journal
         for i in range(2000):  # 2,000 runs come and go
-            journal.write({"kind": "run", "id": 10_000 + i, "file": f"f{i}.json", "type": "immediate",
-                           "channelId": "C1", "due": None, "sig": None, "final": True})
-            journal.write({"kind": "end", "id": 10_000 + i, "ran": True, "by": "harness"})
-        h.workers.pop(0)  # slow.json's run is started by hand below, and never ends
+            journal.write({"kind": "end", "id": 10_000 + i, "file": f"f{i}.json", "type": "immediate",
+                           "channelId": "C1", "due": None, "sig": None, "final": True, "ran": True, "by": "harness"})
+        h.workers.pop(0)  # slow.json's command is started by hand below, and never ends
         journal.write({"kind": "run", "id": 7, "file": "slow.json", "type": "immediate", "channelId": "C9",
-                       "due": None, "sig": None, "final": True})
-        journal.write({"kind": "session", "id": 7, "sid": 123456, "start": 42})
+                       "due": None, "sig": None, "final": True, "sid": 123456, "start": 42})
         self.assertGreater(os.path.getsize(journal.path), mom_events._JOURNAL_COMPACT)
         journal.compact()
         self.assertLess(os.path.getsize(journal.path), 1000)
@@ -7892,8 +7890,8 @@ class CrashTest(unittest.TestCase):
         journal.begin([])
         records = [{"kind": "fire", "file": "p.json", "mtime": 5, "due": 10.0, "queued": True},
                    {"kind": "run", "id": 1, "file": "p.json", "type": "periodic", "channelId": "C1", "due": 10.0,
-                    "sig": [1, 2, 3, 5, 6], "final": False},
-                   {"kind": "session", "id": 1, "sid": 77, "start": 9},
+                    "sig": [1, 2, 3, 5, 6], "final": False, "sid": 77, "start": 9},
+                   {"kind": "fire", "file": "p.json", "mtime": 5, "due": 11.0, "queued": False},
                    {"kind": "end", "id": 1, "ran": True, "status": 0},
                    {"kind": "notice", "id": 2, "file": "x.json", "sig": None,
                     "event": {"filename": "x.json", "type": "rejected", "channel_id": "C1", "text": "bad"}},
@@ -7909,7 +7907,9 @@ class CrashTest(unittest.TestCase):
             self.assertEqual(len(left.ended), 1 if whole >= 5 else 0, cut)
             self.assertEqual(len(left.notices), 1 if whole >= 6 else 0, cut)
         account = mom_events._fold(data).accounts[("p.json", 5)]
-        self.assertEqual((account.fired, account.lost, account.counted), ({10.0}, set(), 11.0))
+        self.assertEqual((account.fired, account.lost, account.counted), ({10.0, 11.0}, set(), 11.0))
+        account = mom_events._fold(data[:data.index(b'{"kind": "end"')]).accounts[("p.json", 5)]
+        self.assertEqual((account.fired, account.lost), ({11.0}, {10.0}))  # cut short: missed
 
 
 class MisfireGraceTest(unittest.TestCase):
