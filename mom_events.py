@@ -53,7 +53,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar, TypeVarTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -185,15 +185,19 @@ class Event:
     every: str | None = None  # periodic: an interval instead of a schedule, as written ("90m")
     start: str | None = None  # periodic: no occurrence before it (an interval's first)
     until: str | None = None  # periodic: no occurrence after it
+    span: str | None = None   # periodic, with every and schedule: how long each run of the schedule lasts ("for")
 
     @property
     def message(self) -> str:
-        """What the agent is woken with: ``[EVENT:file:type:when] text``."""
+        """What the agent is woken with: ``[EVENT:file:type:when] text``, and
+        when the occurrence was due and how late it runs, if it has a due
+        time: ``[EVENT:build.json:periodic:every 90m] (due 2027-03-14T09:30:00-04:00) text``."""
         when = _when(self)
         tag = f"{self.filename}:{self.type}" + (f":{when}" if when is not None else "")
+        notes = [] if self.due is None else [f"due {self.due.isoformat(timespec='seconds')}"]
         if self.late is not None:
-            return f"[EVENT:{tag}] (late by {_span(self.late)}) {self.text}"
-        return f"[EVENT:{tag}] {self.text}"
+            notes.append(f"late by {_span(self.late)}")
+        return f"[EVENT:{tag}] ({', '.join(notes)}) {self.text}" if notes else f"[EVENT:{tag}] {self.text}"
 
 
 def _when(event: Event) -> str | None:
@@ -201,7 +205,10 @@ def _when(event: Event) -> str | None:
     if event.type == "one-shot":
         return event.at
     if event.type == "periodic":
-        return event.schedule if event.every is None else f"every {event.every}"
+        if event.every is None:
+            return event.schedule
+        return f"every {event.every}" if event.schedule is None else f"every {event.every} for {event.span} " \
+                                                                     f"from {event.schedule}"
     return None
 
 
@@ -328,7 +335,7 @@ def _written_at(event: Event) -> str:
 _FIELDS = {
     "immediate": ("type", "channelId", "text"),
     "one-shot": ("type", "channelId", "text", "at", "timezone"),
-    "periodic": ("type", "channelId", "text", "schedule", "every", "timezone", "start", "until", "catchUp"),
+    "periodic": ("type", "channelId", "text", "schedule", "every", "for", "timezone", "start", "until", "catchUp"),
 }
 _ALL_FIELDS = {key for fields in _FIELDS.values() for key in fields}
 
@@ -379,8 +386,6 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
 
 
 def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str, zone: str | None) -> Event:
-    if "schedule" in obj and "every" in obj:
-        raise EventError(filename, '"schedule" and "every" cannot both be given: one says when it runs')
     catch_up = obj.get("catchUp", False)
     if not isinstance(catch_up, bool):
         raise EventError(filename, f'"catchUp" must be true or false, not {_json_type(catch_up)}')
@@ -389,19 +394,27 @@ def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
     ends = _parse_instant("until", until, filename) if until is not None else None
     if start is not None and until is not None and begins is not None and ends is not None and ends <= begins:
         raise EventError(filename, f'"until" {_clip(until)} is not after "start" {_clip(start)}')
-    schedule = every = None
-    if "every" in obj:
-        every = _string_field(obj, "every", filename)
-        _interval(every, filename)
-    else:
-        if "schedule" not in obj:
-            raise EventError(filename, 'missing field "schedule" (or "every", for an interval such as "90m")')
-        schedule = _string_field(obj, "schedule", filename)
+    if "schedule" not in obj and "every" not in obj:
+        raise EventError(filename, 'missing field "schedule" (or "every", for an interval such as "90m")')
+    every, span = _optional_string(obj, "every", filename), _optional_string(obj, "for", filename)
+    schedule = _optional_string(obj, "schedule", filename)
+    if every is not None:
+        step = _interval(every, filename)
+        if schedule is not None and span is None:
+            raise EventError(filename, '"every" with "schedule" needs "for": how long each run of the schedule '
+                                       'lasts, such as "8h"')
+        if span is not None and step > _interval(span, filename, "for"):
+            raise EventError(filename, f'"every" {_clip(every)} is longer than "for" {_clip(span)}: each run of the '
+                                       'schedule would run once (leave out "every" and "for")')
+    if span is not None and (every is None or schedule is None):
+        raise EventError(filename, '"for" goes with "every" and "schedule" both: every so long, for so long, '
+                                   "from each run of the schedule")
+    if schedule is not None:
         if zone is None:
             raise EventError(filename, 'missing field "timezone" (an IANA name such as Europe/Vienna)')
         _compile_cron(schedule)
     return Event(filename, "periodic", channel_id, text, schedule=schedule, timezone=zone, catch_up=catch_up,
-                 every=every, start=start, until=until)
+                 every=every, start=start, until=until, span=span)
 
 
 def _has_whitespace(text: str) -> bool:
@@ -416,7 +429,7 @@ _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _MAX_INTERVAL = 3650 * 86400  # ten years
 
 
-def _interval(every: str, filename: str | None = None) -> int:
+def _interval(every: str, filename: str | None = None, key: str = "every") -> int:
     """An interval such as ``90m`` or ``1h30m`` in seconds: whole numbers of
     d, h, m and s, each unit at most once, in that order."""
     rest, total, units = every, 0, list(_UNITS)
@@ -424,13 +437,13 @@ def _interval(every: str, filename: str | None = None) -> int:
         digits = len(rest) - len(rest.lstrip("0123456789"))
         unit = rest[digits:digits + 1]
         if not digits or unit not in units or len(rest[:digits].lstrip("0")) > 12:
-            raise EventError(filename, f'"every" {_clip(every)!r} is not an interval such as 90m, 1h30m or 2d '
+            raise EventError(filename, f'"{key}" {_clip(every)!r} is not an interval such as 90m, 1h30m or 2d '
                                        "(units d, h, m, s)")
         total += int(rest[:digits]) * _UNITS[unit]
         units = units[units.index(unit) + 1:]
         rest = rest[digits + 1:]
     if not 1 <= total <= _MAX_INTERVAL:
-        raise EventError(filename, f'"every" {_clip(every)!r} must be at least 1 s and at most ten years')
+        raise EventError(filename, f'"{key}" {_clip(every)!r} must be at least 1 s and at most ten years')
     return total
 
 
@@ -937,15 +950,18 @@ def _next_fire_ts(event: Event, now: float, mtime: float) -> float:
     every``, ... or, without a start, one, two, ... intervals after the
     file's ``mtime``: a restart keeps the phase, a rewrite starts anew."""
     begins = _instant(event.start)
-    if event.every is not None:
+    if event.every is not None and event.schedule is None:
         step = _interval(event.every)
         first = begins if begins is not None else mtime + step
         due = first + step * max(0, math.floor((now - first) / step) + 1)
     else:
         after = now if begins is None else max(now, begins - 1e-6)
         try:
-            due = _compile_cron(event.schedule).next_after(
-                _zone(event.timezone), datetime.fromtimestamp(after, UTC)).timestamp()
+            cron, tz = _compile_cron(event.schedule), _zone(event.timezone)
+            if event.every is None:
+                due = cron.next_after(tz, datetime.fromtimestamp(after, UTC)).timestamp()
+            else:
+                due = _in_windows(cron, tz, _interval(event.every), _interval(event.span or ""), after)
         except _CronError:
             return math.inf
     ends = _instant(event.until)
@@ -953,6 +969,21 @@ def _next_fire_ts(event: Event, now: float, mtime: float) -> float:
 
 
 _LAST_INSTANT = datetime(9999, 12, 31, tzinfo=UTC).timestamp()  # datetime's end, with a day to spare
+
+
+def _in_windows(cron: _Cron, tz: ZoneInfo, step: int, span: int, after: float) -> float:
+    """The first run strictly after ``after`` of ``every`` restarted at each
+    run of a schedule for a span: each run S of the cron opens a window that
+    runs at S, S + step, ... up to S + span included (elapsed time, as
+    ``every`` is).  Windows still open at ``after`` are those opened in the
+    span before it; the first window to open after it is the last candidate."""
+    best, opening = math.inf, cron.next_after(tz, datetime.fromtimestamp(after - span, UTC))
+    while (start := opening.timestamp()) <= after:
+        due = start + step * (math.floor((after - start) / step) + 1)
+        if due <= start + span:
+            best = min(best, due)
+        opening = cron.next_after(tz, opening)
+    return min(best, start)
 
 
 @lru_cache(maxsize=1024)
@@ -1151,15 +1182,16 @@ def _missed_notice(event: Event, due: float, startup: _Startup) -> Event:
     return Event(event.filename, "missed", event.channel_id, text, at=event.at)
 
 
-def _aware(event: Event, due: float | None) -> datetime | None:
+def _aware(event: Event, due: float | None, user: tzinfo | None = None) -> datetime | None:
     """An occurrence's due time as the agent reads it: at the one-shot's own
-    offset, in the periodic event's timezone."""
+    offset, in the periodic event's timezone; an interval, which has none,
+    in the ``user``'s (default: the host's)."""
     if due is None or math.isinf(due):
         return None
     if event.type == "one-shot":
         return datetime.fromtimestamp(due, _at_of(event).tzinfo)
-    if event.timezone is None:  # an interval: elapsed time, shown in the host's zone
-        return datetime.fromtimestamp(due).astimezone()
+    if event.timezone is None:
+        return datetime.fromtimestamp(due, user) if user is not None else datetime.fromtimestamp(due).astimezone()
     return datetime.fromtimestamp(due, _zone(event.timezone))
 
 

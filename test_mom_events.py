@@ -986,7 +986,7 @@ class LanguageTest(unittest.TestCase):
             ({**one_shot("2030-01-01T00:00:00Z"), "until": "2030-02-01T00:00:00Z"},
              '"until" is for periodic events, not one-shot ones'),
             ({**immediate(), "at": "2030-01-01T00:00:00Z"}, '"at" is for one-shot events, not immediate ones'),
-            ({**periodic(), "every": "5m"}, '"schedule" and "every" cannot both be given'),
+            ({**periodic(), "every": "5m"}, '"every" with "schedule" needs "for"'),
             ({"type": "periodic", "channelId": "C", "text": "t"}, 'missing field "schedule" (or "every"'),
             ({**periodic(), "start": "2030-01-02T00:00:00Z", "until": "2030-01-01T00:00:00Z"},
              '"until" 2030-01-01T00:00:00Z is not after "start"'),
@@ -1718,7 +1718,7 @@ class OneShotTest(unittest.TestCase):
                 [(when, event)] = h.fired
                 self.assertEqual((event.type, event.text, when), ("one-shot", "on time", h.now))
                 self.assertAlmostEqual(event.late, 0.02, places=6)
-                self.assertIn("] (late by less than a second) on time", event.message)
+                self.assertRegex(event.message, r"\] \(due [^,]+, late by less than a second\) on time$")
                 self.assertFalse(h.exists("soon.json"))
 
     def test_a_one_shot_written_exactly_at_its_time_is_rejected(self):
@@ -2445,7 +2445,7 @@ class QueueTest(unittest.TestCase):
         h.now += 0.5
         h.run_workers()  # p.json's runs half a second late: not late; q.json's waits for it
         self.assertEqual([(e.filename, e.late) for _, e in h.fired], [("p.json", None), ("q.json", 3.5)])
-        self.assertIn("] (late by 3 s) tick", h.fired[1][1].message)
+        self.assertIn("] (due 2026-05-04T12:01:00+00:00, late by 3 s) tick", h.fired[1][1].message)
 
     def test_the_last_occurrence_merged_into_a_waiting_one_that_starts_meanwhile_still_ends_the_file(self):
         """issue 30, item 10: the waiting occurrence is made the last under the
@@ -2732,7 +2732,8 @@ class ClockStepTest(unittest.TestCase):
         h.step(h.now)
         h.run_workers()
         self.assertEqual([(e.text, e.late) for _, e in h.fired], [("a", None), ("b", 1.0)])
-        self.assertTrue(h.fired[1][1].message.endswith("] (late by 1 s) b"), h.fired[1][1].message)
+        self.assertTrue(h.fired[1][1].message.endswith("] (due 2025-01-01T09:02:00+00:00, late by 1 s) b"),
+                        h.fired[1][1].message)
 
     def test_backward_step_fires_nothing_twice(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
@@ -2933,7 +2934,7 @@ class CliTest(unittest.TestCase):
         stamp, channel, message = out.rstrip("\n").split(" ", 2)
         self.assertEqual(channel, "C123ABC")
         self.assertTrue(message.startswith("[EVENT:dentist.json:one-shot:"))
-        self.assertTrue(message.endswith("] Remind Mario"))
+        self.assertRegex(message, r"\] \(due [^)]+\) Remind Mario$")
         fired = datetime.fromisoformat(stamp)
         self.assertIsNotNone(fired.tzinfo)
         self.assertRegex(stamp, r"\.\d{3}[+-]\d\d:\d\d$")
@@ -3148,7 +3149,8 @@ class ExecTest(CliCase):
         self.assertIn(f"stdin={message}", logged)
         self.assertTrue({"FILE=a.json", "TYPE=one-shot", "CHANNEL=C7", f"TEXT={hostile}"} <= logged)
         schedule = [line for line in logged if line.startswith("SCHEDULE=")][0].removeprefix("SCHEDULE=")
-        self.assertEqual(message, f"[EVENT:a.json:one-shot:{schedule}] {hostile}")
+        self.assertRegex(message, rf"^\[EVENT:a\.json:one-shot:{re.escape(schedule)}\] \(due {re.escape(schedule[:19])}"
+                                  rf"\+00:00\) {re.escape(hostile)}$")
         self.assertFalse(list(Path.cwd().glob("pwned*")) + list(self.events.glob("pwned*")))
         self.assertTrue(any("INFO a.json: stdin=" in line for line in cli.err))
         self.assertTrue(any("WARNING a.json: to stderr" in line for line in cli.err))
@@ -3940,7 +3942,7 @@ class RejectedTest(CliCase):
         self.assertEqual(records["missed"]["filename"], "missed.json")  # the agent is told
         self.assertEqual(records["one-shot"]["text"], "ontime.json")
         self.assertGreaterEqual(records["one-shot"]["late"], 2)
-        self.assertRegex(records["one-shot"]["message"], r"\] \(late by \d+ s\) ontime\.json$")
+        self.assertRegex(records["one-shot"]["message"], r"\] \(due \S+, late by \d+ s\) ontime\.json$")
         self.assertEqual(records["rejected"]["filename"], "late.json")
         self.assertRegex(records["rejected"]["message"], r'^\[EVENT:late\.json:rejected\] "at" \S+\+00:00 is \d s in '
                                                          r"the past \(it is now \S+\+00:00\)\. The file is now "
@@ -4364,7 +4366,7 @@ class StandbyTest(CliCase):
         standby.wait_err("took over")
         self.assertLess(time.monotonic() - killed, 1.0)
         self.assertTrue(wait_for(lambda: sum("during" in line for line in standby.out) == 1
-                                 and sum("] (late by" in line and "due" in line for line in standby.out) == 1, 5))
+                                 and sum(", late by" in line and "due" in line for line in standby.out) == 1, 5))
         time.sleep(0.3)
         lines = standby.out
         self.assertFalse(any("before" in line for line in lines), lines)  # what ran does not run again
@@ -7511,7 +7513,7 @@ class DowntimeTest(unittest.TestCase):
         self.assertEqual(sorted(ran), ["grace", "hung"])
         self.assertAlmostEqual(ran["hung"].late, 630, delta=0.01)
         self.assertEqual(ran["hung"].due, datetime.fromtimestamp(h.down_since - 30, UTC))
-        self.assertRegex(ran["grace"].message, r"\] \(late by 4 s\) grace$")
+        self.assertRegex(ran["grace"].message, r"\] \(due 2026-03-02T08:59:56\+00:00, late by 4 s\) grace$")
         notices = [e for _, e in h.fired if e.type == "missed"]
         self.assertEqual([(e.filename, e.channel_id) for e in notices], [("missed.json", "C2")])
         self.assertEqual(notices[0].message,
@@ -7614,7 +7616,8 @@ class DowntimeTest(unittest.TestCase):
             self.start(h)
         self.assertEqual([(e.filename, e.late, e.due) for _, e in h.fired],
                          [("fast.json", 1.0, datetime.fromtimestamp(h.now - 1, UTC))])
-        self.assertRegex(h.fired[0][1].message, r"^\[EVENT:fast\.json:periodic:\* \* \* \* \* \*\] \(late by 1 s\) ")
+        self.assertRegex(h.fired[0][1].message, r"^\[EVENT:fast\.json:periodic:\* \* \* \* \* \*\] "
+                                                r"\(due 2026-03-02T08:59:59\+00:00, late by 1 s\) ")
         self.assertIn("INFO:mom_events:slow.json: 10 occurrences fell due while no harness was running", logs.output)
         self.assertIn("INFO:mom_events:once.json: 1 occurrence fell due while no harness was running", logs.output)
         self.assertIn("fast.json: 10 occurrences fell due while no harness was running; running the latest now",
@@ -7922,7 +7925,8 @@ class MisfireGraceTest(unittest.TestCase):
                          [("old.json", "missed"), ("recent.json", "one-shot")])
         event = next(e for _, e in h.fired if e.type == "one-shot")
         self.assertAlmostEqual(event.late, 60, delta=1)
-        self.assertRegex(event.message, r"^\[EVENT:recent\.json:one-shot:[^\]]+\] \(late by 1 minute\) dentist$")
+        self.assertRegex(event.message,
+                         r"^\[EVENT:recent\.json:one-shot:[^\]]+\] \(due [^,]+, late by 1 minute\) dentist$")
         self.assertFalse(h.exists("recent.json"))
         self.assertFalse(h.exists("old.json"))
 
@@ -7952,7 +7956,7 @@ class MisfireGraceTest(unittest.TestCase):
         self.assertTrue(wait_for(lambda: cli.out))
         record = json.loads(cli.out[0])
         self.assertGreaterEqual(record["late"], 4)
-        self.assertIn("(late by ", record["message"])
+        self.assertIn(", late by ", record["message"])
         cli.signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 0)
 
