@@ -910,6 +910,87 @@ def _transition(tz: ZoneInfo, low: datetime, high: datetime) -> datetime:
     return datetime.fromtimestamp(hi, UTC)
 
 
+def _hm(wall: datetime) -> str:
+    return wall.strftime("%H:%M:%S" if wall.second else "%H:%M")
+
+
+def _wall_note(name: str, wall: datetime) -> str | None:
+    """What daylight saving does to a wall time in zone ``name``, said aloud:
+    a time that does not exist runs at the end of the gap, a time that
+    happens twice on its first pass (see _wall_instant)."""
+    tz = _zone(name)
+    off0, off1 = _offsets(tz, wall)
+    if off0 < off1:
+        moment = _transition(tz, _utc(wall - off1), _utc(wall - off0))
+        before, after = _naive(moment + off0), _naive(moment + off1)
+        return (f"{_hm(wall)} does not exist on {wall.date()} in {name} (clocks go from {_hm(before)} to "
+                f"{_hm(after)}): runs at {_hm(after)} {moment.astimezone(tz).tzname()}")
+    if off0 > off1:
+        return f"{_hm(wall)} happens twice on {wall.date()} in {name}: runs at the first ({_tz_name(tz, wall, 0)})"
+    return None
+
+
+def _tz_name(tz: ZoneInfo, wall: datetime, fold: int) -> str:
+    return wall.replace(tzinfo=tz, fold=fold).tzname() or str(tz)
+
+
+@lru_cache(maxsize=64)
+def _transitions(name: str, day: int) -> tuple[tuple[datetime, timedelta, timedelta], ...]:
+    """Zone ``name``'s offset changes in the year from day ``day`` (days since
+    the epoch): (moment, offset before, offset after).  Daily offsets are
+    compared, then each change is found to the second."""
+    tz, found = _zone(name), []
+    before = datetime.fromtimestamp(day * 86400, tz).utcoffset()
+    for later in range(day + 1, day + 367):
+        offset = datetime.fromtimestamp(later * 86400, tz).utcoffset()
+        if offset != before and offset is not None and before is not None:
+            low, high = datetime.fromtimestamp((later - 1) * 86400, UTC), datetime.fromtimestamp(later * 86400, UTC)
+            found.append((_transition(tz, low, high), before, offset))
+        before = offset
+    return tuple(found)
+
+
+@lru_cache(maxsize=1024)
+def _cron_note(expression: str, name: str, day: int) -> str | None:
+    """What daylight saving next does to a cron schedule in zone ``name``, in
+    the year from day ``day``, said aloud (the rules at _Cron): a fixed time
+    of day that does not exist runs at the end of the gap, one that happens
+    twice runs on its first pass; a wildcard job skips the gap and runs in
+    both passes."""
+    cron, tz = _compile_cron(expression), _zone(name)
+    for moment, before, after in _transitions(name, day):
+        low, high = sorted((_naive(moment + before), _naive(moment + after)))  # the walls skipped, or repeated
+        try:
+            wall = cron.match_after(low - _US)
+        except _CronError:
+            return None
+        if wall >= high:
+            continue
+        if after > before and cron.wildcard:
+            return f"on {low.date()} clocks go from {_hm(low)} to {_hm(high)} in {name}: it does not run in between"
+        if after > before:
+            return (f"{_hm(wall)} does not exist on {low.date()} in {name} (clocks go from {_hm(low)} to "
+                    f"{_hm(high)}): that day it runs at {_hm(high)} {_tz_name(tz, high, 0)}")
+        first, second = _tz_name(tz, low, 0), _tz_name(tz, low, 1)
+        if cron.wildcard:
+            return (f"{_hm(low)} to {_hm(high)} happen twice on {low.date()} in {name}: it runs in both passes "
+                    f"({first}, then {second})")
+        return f"{_hm(wall)} happens twice on {low.date()} in {name}: that day it runs at the first ({first})"
+    return None
+
+
+def _dst_note(event: Event, now: float) -> str | None:
+    """What daylight saving does to a valid event's times, said aloud: a
+    one-shot's wall time, or the next such day of a cron schedule within a
+    year (after ``now``)."""
+    if event.type == "one-shot" and event.timezone is not None:
+        written = datetime.fromisoformat(_written_at(event))
+        return None if written.tzinfo is not None else _wall_note(event.timezone, written)
+    if event.schedule is not None and event.timezone is not None:
+        return _cron_note(event.schedule, event.timezone, math.floor(now / 86400))
+    return None
+
+
 @lru_cache(maxsize=1024)
 def _compile_cron(expression: str) -> _Cron:
     """Validated, bound and cached: many files share a handful of schedules.
@@ -2755,8 +2836,9 @@ class _Files:
 
     def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: _History | None,
                  handler: Callable[[Event], object], on_error: Callable[[Event, BaseException], object],
-                 max_queued: int, notify: bool, clock: Callable[[], float]) -> None:
+                 max_queued: int, notify: bool, clock: Callable[[], float], zone: ZoneInfo | None) -> None:
         self.directory = directory
+        self._zone = zone  # the user's: an interval's due time is shown in it
         self.schedule = _Schedule()
         self.history = history
         self.journal = _Journal(directory)
@@ -3021,6 +3103,8 @@ class _Files:
             log.info("%s: %s", f.name, detail)
             self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
             self.journal.write({"kind": "counted", "file": f.name, "mtime": f.sig[3], "until": now})
+        if verdict.action in ("schedule", "run") and (note := _dst_note(event, now)) is not None:
+            log.info("%s: %s", f.name, note)
         if verdict.action == "schedule":
             if verdict.catch_up is not None:
                 self._enqueue(f, verdict.catch_up, verdict.late, final=False)
@@ -3064,7 +3148,7 @@ class _Files:
         the ``final`` one has run, the file is deleted."""
         event = f.parsed
         final = event.type != "periodic" if final is None else final
-        occurrence = replace(event, due=_aware(event, due), late=late)
+        occurrence = replace(event, due=_aware(event, due, self._zone), late=late)
         job = _Job(event.channel_id, event=occurrence, generation=self.schedule.generation(f.name),
                    sig=f.sig, digest=f.digest, due=due, final=final, id=self.journal.next_id())
         if f.queued is not None and self._channels.merge(f.queued, final):  # that one is the last now, if final
@@ -3325,7 +3409,9 @@ class EventsWatcher:
     as ``NAME.json.rejected``) or a one-shot was deleted unrun because it
     fell due while no harness ran (a ``missed`` event); ``notify_rejected``
     is its older name, and either False turns both off.  ``clock`` returns
-    the wall-clock time as a POSIX timestamp.
+    the wall-clock time as a POSIX timestamp.  ``timezone`` is the user's
+    IANA zone: an interval's due time, which has no zone of its own, is shown
+    in it (default: the host's).
     """
 
     def __init__(self, events_dir: str | os.PathLike[str], handler: Callable[[Event], object],
@@ -3334,7 +3420,8 @@ class EventsWatcher:
                  clock: Callable[[], float] = time.time,
                  loop: asyncio.AbstractEventLoop | None = None, history: str | os.PathLike[str] | None = None,
                  misfire_grace: float = 0, on_halt: Callable[[str], object] | None = None, standby: bool = False,
-                 notify: bool = True, notify_rejected: bool = True, systemd: bool = False) -> None:
+                 notify: bool = True, notify_rejected: bool = True, systemd: bool = False,
+                 timezone: str | None = None) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
         if on_error is not None and not callable(on_error):
@@ -3345,6 +3432,11 @@ class EventsWatcher:
             raise ValueError("max_queued must be a whole number of at least 1")
         if not misfire_grace >= 0:
             raise ValueError("misfire_grace must be zero or more seconds")
+        if timezone is not None:
+            try:
+                _zone(timezone)
+            except _CronError as exc:
+                raise ValueError(str(exc)) from None
         self.events_dir = os.fspath(events_dir)
         self._on_halt = on_halt or (lambda reason: None)
         self._poll_interval = poll_interval
@@ -3355,7 +3447,8 @@ class EventsWatcher:
         self._channels.loop = loop
         self._files = _Files(self.events_dir, self._scanner, self._channels,
                              _History(history) if history is not None else None,
-                             handler, on_error or _log_error, max_queued, notify and notify_rejected, clock)
+                             handler, on_error or _log_error, max_queued, notify and notify_rejected, clock,
+                             None if timezone is None else _zone(timezone))
         self._schedule = self._files.schedule
         self._misfire_grace = misfire_grace
         self._first_look: _Startup | None = None  # until a look at the directory succeeds

@@ -564,6 +564,95 @@ class DaylightSavingTest(unittest.TestCase):
                         probe += timedelta(minutes=7, seconds=13)
 
 
+def zoneinfo_transitions(zone, year):
+    """The zone's offset changes in ``year``, found by zoneinfo alone, a quarter-hour at a time."""
+    tz, found = ZoneInfo(zone), []
+    t = datetime(year, 1, 1, tzinfo=UTC)
+    before = t.astimezone(tz).utcoffset()
+    while t.year == year:
+        t += timedelta(minutes=15)
+        offset = t.astimezone(tz).utcoffset()
+        if offset != before:
+            found.append((t, before, offset))
+            before = offset
+    return found
+
+
+class DaylightSavingSaidTest(unittest.TestCase):
+    """issue 31, item 2: a wall time that daylight saving moves is said aloud,
+    in --check and in the harness's log, for one-shots and cron alike, and
+    runs as cron(8) would: a time in a gap at the gap's end, a repeated time
+    on its first pass.  Three zones, the southern one's seasons reversed,
+    each checked against zoneinfo alone."""
+
+    ZONES = ("America/New_York", "Europe/Vienna", "Australia/Sydney")
+
+    def cases(self):
+        for zone in self.ZONES:
+            tz = ZoneInfo(zone)
+            for moment, before, after in zoneinfo_transitions(zone, 2027):
+                gap = after > before
+                low = (moment + min(before, after)).replace(tzinfo=None)  # the first wall time skipped or repeated
+                wall = low + timedelta(minutes=30)
+                if gap:
+                    expected = moment  # the first instant after the gap
+                    note = (f"{wall:%H:%M} does not exist on {wall.date()} in {zone} (clocks go from {low:%H:%M} to "
+                            f"{low + (after - before):%H:%M}): runs at {low + (after - before):%H:%M} "
+                            f"{moment.astimezone(tz).tzname()}")
+                else:
+                    expected = wall.replace(tzinfo=tz, fold=0)  # the first pass
+                    note = (f"{wall:%H:%M} happens twice on {wall.date()} in {zone}: runs at the first "
+                            f"({expected.tzname()})")
+                yield zone, tz, moment, wall, expected.astimezone(UTC), note
+
+    def test_a_one_shots_wall_time_in_a_gap_or_a_repeat(self):
+        count = 0
+        for zone, _, _, wall, expected, note in self.cases():
+            with self.subTest(zone=zone, wall=wall):
+                event = parse_event(json.dumps({"type": "one-shot", "channelId": "C1", "text": "x",
+                                                "at": wall.isoformat(), "timezone": zone}), "a.json")
+                self.assertEqual(mom_events._at_of(event).timestamp(), expected.timestamp())  # PEP 495: not ==
+                self.assertEqual(mom_events._dst_note(event, utc(2027, 1, 1).timestamp()), note)
+                h = Harness(self, now=(expected - timedelta(days=1)).timestamp())
+                h.write("a.json", {"type": "one-shot", "channelId": "C1", "text": "x", "at": wall.isoformat(),
+                                   "timezone": zone}, mtime=h.now - 60)
+                with self.assertLogs("mom_events", "INFO") as logs:
+                    h.start()
+                self.assertIn(f"INFO:mom_events:a.json: {note}", logs.output)
+                h.advance(86400)
+                self.assertEqual([t for t, _ in h.fired], [expected.timestamp()])
+                count += 1
+        self.assertEqual(count, 6)  # a gap and a repeat in each zone
+
+    def test_a_cron_time_of_day_in_a_gap_or_a_repeat(self):
+        for zone, tz, moment, wall, expected, note in self.cases():
+            with self.subTest(zone=zone, wall=wall):
+                schedule = f"{wall.minute} {wall.hour} * * *"
+                event = parse_event(json.dumps(periodic(schedule, tz=zone)), "p.json")
+                day_before = (moment - timedelta(days=1)).timestamp()
+                said = note.replace("): runs at", "): that day it runs at").replace(": runs at the first",
+                                                                                     ": that day it runs at the first")
+                self.assertEqual(mom_events._dst_note(event, day_before), said)
+                self.assertEqual(next_fire(schedule, zone, moment - timedelta(hours=3)).timestamp(),
+                                 expected.timestamp())
+                every = parse_event(json.dumps(periodic(f"*/30 {wall.hour} * * *", tz=zone)), "w.json")
+                gap = "does not exist" in note
+                low = wall - timedelta(minutes=30)
+                self.assertEqual(mom_events._dst_note(every, day_before),
+                                 f"on {low.date()} clocks go from {low:%H:%M} to {low + timedelta(hours=1):%H:%M} in "
+                                 f"{zone}: it does not run in between" if gap else
+                                 f"{low:%H:%M} to {low + timedelta(hours=1):%H:%M} happen twice on {low.date()} in "
+                                 f"{zone}: it runs in both passes ({(low.replace(tzinfo=tz, fold=0)).tzname()}, then "
+                                 f"{(low.replace(tzinfo=tz, fold=1)).tzname()})")
+
+    def test_nothing_is_said_of_times_daylight_saving_leaves_alone(self):
+        now = utc(2027, 1, 1).timestamp()
+        for data in (periodic("0 9 * * *", tz="Europe/Vienna"), periodic("30 2 * * *", tz="UTC"),
+                     periodic("30 2 * * *", tz="Asia/Tokyo"), one_shot("2027-03-14T02:30:00-04:00"),
+                     {"type": "periodic", "channelId": "C1", "text": "x", "every": "1h"}):
+            self.assertIsNone(mom_events._dst_note(parse_event(json.dumps(data), "x.json"), now), data)
+
+
 def _brute_force(tz, start, minutes, hours, wildcard):
     """Runs for two local days from naive ``start``, by the stated rules."""
     runs = set()
@@ -1837,6 +1926,90 @@ class PeriodicTest(unittest.TestCase):
         self.assertEqual(lines.returncode, 1)
         self.assertRegex(lines.stdout, r'^ended\.json: periodic on channel C1: "until" 2020-01-01T00:00:00Z is '
                                        r"\d+ days in the past \(it is now \S+\); it will not run\n$")
+
+class WindowTest(unittest.TestCase):
+    """issue 31, item 7: "every 45 minutes from 9:00 to 17:00 on weekdays" in one
+    file: every so long, for so long, from each run of a schedule."""
+
+    def window(self, every="45m", span="8h", schedule="0 9 * * 1-5", zone="America/New_York", **more):
+        return {"type": "periodic", "channelId": "C1", "text": "poll", "every": every, "for": span,
+                "schedule": schedule, "timezone": zone, **more}
+
+    def test_runs_against_a_plain_model(self):
+        rng = random.Random(31)
+        for _ in range(40):
+            every, span = rng.choice([(45, 8 * 60), (90, 8 * 60), (30, 60), (7, 20), (60, 60), (25, 24 * 60)])
+            schedule = rng.choice(["0 9 * * 1-5", "30 2 * * *", "0 */6 * * *", "15 10 1,15 * *", "0 0 * * 0"])
+            zone = rng.choice(["America/New_York", "Europe/Vienna", "UTC", "Australia/Sydney"])
+            start = datetime(2027, rng.choice([1, 3, 10, 11]), rng.randint(1, 25), tzinfo=UTC).timestamp()
+            event = parse_event(json.dumps(self.window(f"{every}m", f"{span}m", schedule, zone)), "w.json")
+            runs, t = [], start
+            while t < start + 10 * 86400:
+                t = mom_events._next_fire_ts(event, t, 0)
+                runs.append(t)
+            model, opening = set(), datetime.fromtimestamp(start - span * 60 - 1, UTC)
+            while (opening := next_fire(schedule, zone, opening)).timestamp() < runs[-1] + 1:
+                model |= {opening.timestamp() + k * every * 60 for k in range(span // every + 1)}
+            self.assertEqual(runs, sorted(d for d in model if start < d <= runs[-1]), (every, span, schedule, zone))
+
+    def test_it_runs_in_the_harness_and_the_agent_reads_when(self):
+        h = Harness(self, now=datetime(2027, 3, 12, 16, 0, tzinfo=ZoneInfo("America/New_York")).timestamp())
+        h.write("poll.json", self.window(), mtime=h.now - 60)
+        h.start()
+        h.advance(3 * 86400 + 3600)  # Friday 16:00 to Monday 17:00, across a spring-forward Sunday
+        walls = [datetime.fromtimestamp(t, ZoneInfo("America/New_York")).strftime("%a %H:%M") for t, _ in h.fired]
+        self.assertEqual(walls, ["Fri 16:30", "Mon 09:00", "Mon 09:45", "Mon 10:30", "Mon 11:15", "Mon 12:00",
+                                 "Mon 12:45", "Mon 13:30", "Mon 14:15", "Mon 15:00", "Mon 15:45", "Mon 16:30"])
+        self.assertEqual(h.fired[1][1].message, "[EVENT:poll.json:periodic:every 45m for 8h from 0 9 * * 1-5] "
+                                                "(due 2027-03-15T09:00:00-04:00) poll")
+
+    def test_mistakes_are_said(self):
+        for fields, reason in (
+                ({"for": None}, '"every" with "schedule" needs "for": how long each run of the schedule lasts'),
+                ({"schedule": None}, '"for" goes with "every" and "schedule" both'),
+                ({"every": None}, '"for" goes with "every" and "schedule" both'),
+                ({"every": "9h"}, '"every" 9h is longer than "for" 8h: each run of the schedule would run once'),
+                ({"for": "8 hours"}, '"for" \'8 hours\' is not an interval such as 90m, 1h30m or 2d'),
+                ({"timezone": None}, 'missing field "timezone"')):
+            with self.subTest(fields=fields):
+                data = {key: value for key, value in {**self.window(), **fields}.items() if value is not None}
+                with self.assertRaises(EventError) as caught:
+                    parse_event(json.dumps(data), "w.json")
+                self.assertIn(reason, str(caught.exception))
+
+
+class DueInTheMessageTest(unittest.TestCase):
+    """issue 31, item 6: what the agent reads says when its occurrence was due,
+    in the event's zone (an interval's in the user's), after the seed's tag."""
+
+    def test_each_type_with_a_due_time_says_it(self):
+        h = Harness(self, now=utc(2027, 3, 14, 13, 0).timestamp(), timezone="America/New_York")
+        h.write("cron.json", periodic("30 9 * * *", tz="Europe/Vienna"), mtime=h.now - 60)
+        h.write("every.json", {"type": "periodic", "channelId": "C2", "text": "tick", "every": "30m",
+                               "start": "2027-03-14T13:00:00Z"}, mtime=h.now - 60)
+        h.write("once.json", one_shot("2027-03-14T13:30:00+00:00", "C3", "once"), mtime=h.now - 60)
+        h.write("wall.json", {**one_shot("2027-03-15T09:30:00", "C4", "wall"), "timezone": "Asia/Tokyo"},
+                mtime=h.now - 60)
+        h.write("hook.json", immediate("C5", "hook"), mtime=h.now)
+        h.start()
+        h.advance(86400)
+        messages = {}
+        for _, event in h.fired:  # each file's first
+            messages.setdefault(event.filename, event.message)
+        self.assertEqual(messages["hook.json"], "[EVENT:hook.json:immediate] hook")
+        self.assertEqual(messages["every.json"], "[EVENT:every.json:periodic:every 30m] (due 2027-03-14T09:30:00-04:00) "
+                                                 "tick")
+        self.assertEqual(messages["once.json"], "[EVENT:once.json:one-shot:2027-03-14T13:30:00+00:00] "
+                                                "(due 2027-03-14T13:30:00+00:00) once")
+        self.assertEqual(messages["wall.json"], "[EVENT:wall.json:one-shot:2027-03-15T09:30:00] "
+                                                "(due 2027-03-15T09:30:00+09:00) wall")
+        self.assertEqual(messages["cron.json"], "[EVENT:cron.json:periodic:30 9 * * *] (due 2027-03-15T09:30:00+01:00) "
+                                                "tick")
+
+    def test_an_unknown_user_timezone_is_a_value_error(self):
+        with self.assertRaisesRegex(ValueError, "unknown timezone 'Mars/Olympus'"):
+            EventsWatcher(temp_dir(self, "mom_events_tz_"), print, timezone="Mars/Olympus")
+
 
 class ScanTest(unittest.TestCase):
     """The scan's fast path: one stat of the directory while no name changed."""
