@@ -1997,8 +1997,8 @@ class DueInTheMessageTest(unittest.TestCase):
         for _, event in h.fired:  # each file's first
             messages.setdefault(event.filename, event.message)
         self.assertEqual(messages["hook.json"], "[EVENT:hook.json:immediate] hook")
-        self.assertEqual(messages["every.json"], "[EVENT:every.json:periodic:every 30m] (due 2027-03-14T09:30:00-04:00) "
-                                                 "tick")
+        self.assertEqual(messages["every.json"],
+                         "[EVENT:every.json:periodic:every 30m] (due 2027-03-14T09:30:00-04:00) tick")
         self.assertEqual(messages["once.json"], "[EVENT:once.json:one-shot:2027-03-14T13:30:00+00:00] "
                                                 "(due 2027-03-14T13:30:00+00:00) once")
         self.assertEqual(messages["wall.json"], "[EVENT:wall.json:one-shot:2027-03-15T09:30:00] "
