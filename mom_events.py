@@ -3749,37 +3749,48 @@ def _offset_text(offset: timedelta) -> str:
 _PROMPT = """\
 ## Scheduled events
 
-You can wake yourself up later. An event is a small JSON file in `{dir}/`. A harness watches that
-directory and, when an event is due, sends you its `text` as a new message in the event's channel.
-Files are the whole interface: write one to schedule, `rm` it to cancel.{which_channel}
+You can wake yourself up later: write an event, a small JSON file, into `{dir}/`, and when it is
+due a harness sends you its `text` as a message in its channel. Write a file to schedule, `rm` it to
+cancel.{which_channel}
 
-The harness runs in {tz_text}. When someone gives a time without a timezone, assume {tz}. Before you
-compute a time, get the current one with its offset: `date -Iseconds`.
+### Time
+
+Your user's timezone is {tz_text}: a time they give without a zone is there, and so are "today" and
+"tomorrow". This host's clock may be in another zone, so before you compute a date get the time there,
+with its offset: `{now}`.
 
 ### The three types
 
-**immediate**: runs as soon as the harness sees the file. For scripts, webhooks and watchers.
+**immediate**: runs as soon as the harness sees the file.
 ```json
 {immediate}
 ```
 
-**one-shot**: runs once, at `at`. For reminders. Give `at` with its UTC offset, or give `timezone` and
-write `at` as wall time there (daylight saving is then worked out for you):
+**one-shot**: runs once, at `at`. Give `at` with its UTC offset, or give `timezone` and write `at` as
+wall time there:
 ```json
 {one_shot}
 ```
 ```json
 {one_shot_wall}
 ```
+A wall time that daylight saving skips (02:30 on a spring-forward night) runs when the gap ends (03:00);
+one it repeats runs on its first pass. Cron times of day follow the same rule, as cron does.
 
-**periodic**: runs until you delete the file: on a cron `schedule` in an IANA `timezone`, or `every` so
-long (`90m`, `1h30m`, `2d`; elapsed time, no timezone needed). Optional: `start` (no run before it; an
-interval's first run) and `until` (no run after it; then the file is deleted), both with offsets.
+**periodic**: runs until you delete the file: on a cron `schedule` in an IANA `timezone`; or `every` so
+long (`90m`, `1h30m`, `2d`; elapsed time), first one interval after the file is written; or both, with
+`for`: every so long, for so long, from each run of the schedule (the third example: 09:00, 09:45, ...
+16:30 on weekdays). Optional: `start` (the first run; none before it) and `until` (a run at exactly
+`until` still happens, none after; then the file is deleted), both with offsets, and `"catchUp": true`
+(below).
 ```json
 {periodic}
 ```
 ```json
 {interval}
+```
+```json
+{window}
 ```
 
 Immediate and one-shot files delete themselves once they have run.
@@ -3787,59 +3798,62 @@ Immediate and one-shot files delete themselves once they have run.
 ### Cron schedules
 
 `minute hour day-of-month month day-of-week`, read in the event's `timezone`:
-- `0 9 * * 1-5`: weekdays at 09:00; `30 14 * * 1`: Mondays at 14:30
-- `0 0 1 * *`: the first of every month at midnight
-- `0 17 * * 5#L` (or `5L`): the last Friday of every month at 17:00; `5#2`: the second Friday
-- `0 9 L * *`: the last day of every month; `LW`: its last weekday
+- `0 9 * * 1-5`: weekdays at 09:00; `30 14 * * 1`: Mondays at 14:30; `0 0 1 * *`: every 1st at 00:00
+- `0 17 * * 5#L` (or `5L`): the last Friday of every month; `0 9 * * 5#2,5#4`: the 2nd and 4th Fridays
+- `0 9 L * *`: the last day of every month; `LW`: its last weekday; `0 9 15W * *`: the weekday
+  nearest the 15th
 
 When both day fields are restricted, a day matching *either* runs: `0 17 22-31 * 5` runs every day
 from the 22nd *and* every Friday. A `+` before the day-of-week asks for both: `0 9 1-7 * +1` is the
-first Monday. Six fields put seconds first; `@daily` and `@weekly` work too.
+first Monday. `@daily` works too. A step starts again every hour: `*/45 * * * *` runs at :00 and :45,
+not every 45 minutes; use `every` for that.
 
 ### Creating, checking, cancelling
 
-Write under a temporary name, check it, then `mv` it into place, so the harness never reads a
-half-written file (names that do not end in `.json`, or that start with `.`, are ignored):
+Write under a temporary name (names starting with `.` or not ending in `.json` are ignored), check it,
+then `mv` it into place, so the harness never reads a half-written file:
 ```bash
 cat > {dir}/.dentist.json.tmp <<'JSON'
 {one_shot}
 JSON
 {check} {dir}/.dentist.json.tmp --check && mv {dir}/.dentist.json.tmp {dir}/dentist.json
 ```
-- The filename is the event's identity: pick a short, unique, descriptive one.
+- The filename is the event's identity: make it unique.
 - List: `ls {dir}/*.json`. Cancel: `rm {dir}/dentist.json` (also a run still waiting its turn).
-- Change: write the file again the same way; its old schedule is dropped.
-- Check them all (one line per file: its next runs, or what is wrong; status 1 if any will not run):
-  `{check} {dir} --check`
+- Change: write it again; its old schedule is dropped.
+- Check them all (one line per file: its next runs and daylight saving's surprises, or what is wrong;
+  status 1 if any will not run): `{check} {dir} --check`
+- What runs in the next 7 days, in time order: `{check} {dir} --check --next 7d`
 
 ### Rejected files
 
-A file the harness cannot run (invalid JSON, a missing field, a bad schedule, a one-shot written after
-its time) is renamed to `NAME.json.rejected`, unchanged, and you get `[EVENT:NAME.json:rejected] why`
-on its channel. Fix it, check it, then resubmit it with `mv {dir}/NAME.json.rejected {dir}/NAME.json`,
-or `rm` it.
-
-### When the harness was down
-
-A one-shot that fell due while no harness ran is deleted unrun, and you get `[EVENT:NAME.json:missed]
-It was due at ... while no harness was running (...)`: tell the user, and write it again if it still
-matters. What runs late says so: `(late by 14 s)`. A periodic event skips what it missed, unless its
-file has `"catchUp": true`: then it runs once, late, for the latest missed run.
+A file the harness cannot run (invalid JSON, a missing or misspelt field such as `catchup`, a bad
+schedule, a time already past when written) is renamed to `NAME.json.rejected`, unchanged, and you get
+`[EVENT:NAME.json:rejected] why` on its channel. Fix it, check it, then resubmit it with
+`mv {dir}/NAME.json.rejected {dir}/NAME.json`, or `rm` it.
 
 ### What you will receive
 
 ```
-[EVENT:dentist.json:one-shot:{at}] Remind Mario about the dentist at 10:00
+[EVENT:dentist.json:one-shot:{at}] (due {at}) Remind Mario about the dentist at 10:00
 ```
-or `[EVENT:name.json:immediate] text`, `[EVENT:name.json:periodic:0 9 * * 1-5] text`,
-`[EVENT:name.json:periodic:every 90m] text`. Write `text` as an instruction to your future self: what
-to do, for whom, and where to find what you will need.
+or `[EVENT:name.json:immediate] text`, `[EVENT:name.json:periodic:every 90m] (due ...) text`. `due`
+says which run this is, in the event's timezone (an `every`'s in {tz}); `, late by 3 minutes` follows
+when the run starts a second or more after it (a busy channel, a harness down). Write `text` as an
+instruction to your future self.
+
+### When the harness was down
+
+A one-shot that fell due while no harness ran is deleted unrun, and you get `[EVENT:NAME.json:missed]
+It was due at ...`: tell the user, and write it again if it still matters. A periodic event skips what
+it missed, unless its file has `"catchUp": true`: then it runs once, late, for the latest missed run,
+however long ago.
 
 ### Limits and debouncing
 
 Each channel runs one event at a time, and at most 5 more can wait; beyond that an event is discarded
-(and an immediate or one-shot file deleted). Debounce a program that reports many things: rather than an
-immediate event per item, let it append items to a file and write the event only when none is pending:
+(and its file deleted, unless periodic). Debounce a program that reports many things: let it append items
+to a file, and write an event only when none is pending:
 ```bash
 echo "$ITEM" >> {dir}/.inbox-items
 [ -e {dir}/inbox.json ] || {{
@@ -3852,11 +3866,9 @@ echo "$ITEM" >> {dir}/.inbox-items
 _HISTORY_PROMPT = """
 ### Did it run? The history
 
-Every outcome is appended to `{history}`, one JSON object per line: `queued`, `started`, `done`,
-`failed` (with the error in `detail`), `discarded` (queue full), `coalesced`, `stale`, `missed`, `ended`,
-`invalid` (rejected, with the reason) and `cancelled` (removed or changed before it ran), with `time`,
-`filename`, `type`, `channelId` and, where known, `dueAt`, `startedAt`, `finishedAt`, `detail`. The
-last lines for one file:
+Every outcome is appended to `{history}`, one JSON object per line (`queued`, `started`, `done`,
+`failed`, `missed`, `invalid`, `cancelled`, `interrupted`, ...; `detail` says why), with `time`, `filename`,
+`type`, `channelId`, `dueAt`. The last lines for one file:
 ```bash
 grep -F '"filename": "dentist.json"' {history} | tail -n 5
 ```
@@ -3897,17 +3909,21 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
         return json.dumps({"type": kind, "channelId": channel, **fields}, ensure_ascii=False)
 
     year_end = datetime(tomorrow.year, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()
+    import shlex
+    now = f"TZ={shlex.quote(timezone)} date -Iseconds" if tz_text == timezone else "date -Iseconds"
     text = _PROMPT.format(
-        dir=directory, check=_check_command(), tz=timezone, tz_text=tz_text, at=at, channel=channel,
+        dir=directory, check=_check_command(), tz=timezone, tz_text=tz_text, at=at, channel=channel, now=now,
         which_channel="" if channel_id else
-        "\nPut the ID of the channel the event should wake you in into `channelId`.",
+        " Put the channel to wake you in into `channelId`.",
         immediate=example("immediate", text="New GitHub issue opened: #42"),
         one_shot=example("one-shot", text="Remind Mario about the dentist at 10:00", at=at),
         one_shot_wall=example("one-shot", text="Call the plumber", at=f"{tomorrow.isoformat()}T17:00:00",
                               timezone=timezone),
         periodic=example("periodic", text="Check the inbox and post a summary", schedule="0 9 * * 1-5",
                          timezone=timezone, until=year_end),
-        interval=example("periodic", text="Check the build", every="90m"))
+        interval=example("periodic", text="Check the build", every="90m"),
+        window=example("periodic", text="Poll the deploy queue", every="45m", **{"for": "8h"},
+                       schedule="0 9 * * 1-5", timezone=timezone))
     if history is not None:
         text += _HISTORY_PROMPT.format(history=os.fspath(history))
     return text

@@ -4247,13 +4247,16 @@ class PromptTest(CliCase):
         text = mom_events.events_prompt("/srv/bot/events/", timezone="Europe/Vienna", channel_id="C42")
         blocks = [block.split("\n", 1)[1] for block in text.split("```json")[1:]]
         events = [parse_event(block.split("```")[0], "x.json") for block in blocks]
-        self.assertEqual([e.type for e in events], ["immediate", "one-shot", "one-shot", "periodic", "periodic"])
+        self.assertEqual([e.type for e in events],
+                         ["immediate", "one-shot", "one-shot", "periodic", "periodic", "periodic"])
         self.assertEqual({e.channel_id for e in events}, {"C42"})
         self.assertEqual((events[2].timezone, events[3].timezone), ("Europe/Vienna", "Europe/Vienna"))
         now = time.time()
         for event in events:  # what the harness would do with each, seen now: run it or schedule it
             self.assertIn(mom_events._judge(event, int(now * 1e9), now, None).action, ("run", "schedule"), event)
-        self.assertLess(len(text.split()), 900)
+        for history in (None, "/srv/bot/events/.history.jsonl"):  # issue 31: within 1,000 words
+            self.assertLessEqual(len(mom_events.events_prompt("/srv/bot/events", "Europe/Vienna", None, history)
+                                     .split()), 1000)
         for needle in ("/srv/bot/events/dentist.json", "mv /srv/bot/events/.dentist.json.tmp", "rm ",
                        "0 9 * * 1-5", "Europe/Vienna", "mom_events.py /srv/bot/events --check`",
                        "[EVENT:dentist.json:one-shot:", "at most 5", "Debounce", "delete themselves"):
@@ -4277,6 +4280,9 @@ class PromptTest(CliCase):
             "0 17 22-31 * 5": lambda d: any(x.weekday() != 4 for x in d) and any(x.day < 22 for x in days(
                 "0 17 22-31 * 5", 20)),
             "0 9 1-7 * +1": lambda d: all(x.weekday() == 0 and x.day <= 7 for x in d),
+            "0 9 * * 5#2,5#4": lambda d: all(x.weekday() == 4 and (x.day - 1) // 7 + 1 in (2, 4) for x in d),
+            "0 9 15W * *": lambda d: all(x.weekday() < 5 and abs(x.day - 15) <= 2 for x in d),
+            "*/45 * * * *": lambda d: [f.minute for f in fires("*/45 * * * *", after, 4)] == [45, 0, 45, 0],
         }
         self.assertEqual(patterns, set(expected))
         for schedule, holds in expected.items():
@@ -4289,7 +4295,7 @@ class PromptTest(CliCase):
         draft and the directory; it explains rejected files."""
         prompt = self.run_cli(self.events, "--prompt", "--channel", "C1", "--timezone", "UTC").stdout
         draft_line = next(line for line in prompt.splitlines() if "--check &&" in line)
-        check_all = re.search(r"^  `(.+ --check)`$", prompt, re.M).group(1)
+        check_all = re.search(r"`([^`]+ --check)`$", prompt, re.M).group(1)
         elsewhere = temp_dir(self, "mom_events_cwd_")
         (self.events / ".dentist.json.tmp").write_text(json.dumps(one_shot("2999-01-01T09:00:00Z", "C1")))
         result = subprocess.run(draft_line, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=60)
@@ -4304,7 +4310,18 @@ class PromptTest(CliCase):
     def test_without_a_channel_it_says_what_to_put_there(self):
         text = mom_events.events_prompt("events", timezone="UTC")
         self.assertIn('"channelId": "CHANNEL_ID"', text)
-        self.assertIn("Put the ID of the channel", text)
+        self.assertIn("Put the channel to wake you in into `channelId`.", text)
+
+    def test_the_time_command_prints_the_time_in_the_users_zone(self):
+        """issue 31, item 1: "today" is the user's, whatever the host's zone."""
+        for zone in ("America/New_York", "Asia/Kathmandu", "Pacific/Kiritimati"):
+            text = mom_events.events_prompt("events", timezone=zone)
+            command = re.search(r"with its offset: `(.+?)`\.", text).group(1)
+            out = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=10,
+                                 env=dict(os.environ, TZ="UTC")).stdout.strip()
+            printed = datetime.fromisoformat(out)
+            self.assertEqual(printed.utcoffset(), datetime.now(ZoneInfo(zone)).utcoffset(), (zone, out))
+            self.assertLess(abs(printed.timestamp() - time.time()), 5)
 
     def test_unknown_timezone(self):
         with self.assertRaisesRegex(ValueError, "unknown timezone 'Mars/Olympus'"):
@@ -4320,14 +4337,15 @@ class PromptTest(CliCase):
                                 cwd=self.dir, env=env)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(f"`{self.events}/`", result.stdout)
-        self.assertIn("The harness runs in America/New_York.", result.stdout)
+        self.assertIn("Your user's timezone is America/New_York:", result.stdout)
         self.assertIn('"channelId": "C9"', result.stdout)
 
     def test_host_timezone_falls_back_to_the_offset(self):
         with mock.patch.dict(os.environ, {"TZ": ""}), \
                 mock.patch.object(mom_events, "_host_timezone", return_value=None):
             text = mom_events.events_prompt("events")
-        self.assertRegex(text, r"The harness runs in UTC[+-]\d\d:\d\d \(no IANA name is known\)")
+        self.assertRegex(text, r"Your user's timezone is UTC[+-]\d\d:\d\d \(no IANA name is known\)")
+        self.assertIn("with its offset: `date -Iseconds`.", text)
         self.assertIn('"timezone": "UTC"', text)
 
 
