@@ -366,9 +366,8 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
             raise EventError(filename, f'"{key}" is for {owners} events, not {kind} ones')
     ignored = [key for key in obj if key not in _ALL_FIELDS]
     channel_id = _string_field(obj, "channelId", filename)
-    if _has_whitespace(channel_id):  # printed, it would end the CLI's channel field: a line could be forged
-        raise EventError(filename, f'"channelId" {_clip(channel_id)!r} contains whitespace '
-                                   "(a chat platform's channel ID has none)")
+    if (fault := _channel_fault(channel_id)) is not None:  # printed, a line could be forged
+        raise EventError(filename, f'"channelId" {_clip(channel_id)!r} {fault}')
     text = _string_field(obj, "text", filename)
     zone = _optional_string(obj, "timezone", filename)
     try:
@@ -417,8 +416,21 @@ def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
                  every=every, start=start, until=until, span=span)
 
 
-def _has_whitespace(text: str) -> bool:
-    return any(char.isspace() for char in text)
+# Characters that print as a blank, though neither whitespace nor unprintable to
+# Python: the Hangul and braille fillers.
+_BLANKS = frozenset("\u115f\u1160\u2800\u3164\uffa0")
+
+
+def _channel_fault(channel: str) -> str | None:
+    """What is wrong with a channel ID that could end the CLI's channel field,
+    or look as if it did, so that a line could be forged: whitespace, or a
+    character that does not print, or prints as a blank."""
+    for char in channel:
+        if char.isspace():
+            return "contains whitespace (a chat platform's channel ID has none)"
+        if not char.isprintable() or char in _BLANKS:
+            return f"contains U+{ord(char):04X}, which does not print (a chat platform's channel ID has none)"
+    return None
 
 
 def _optional_string(obj: dict[str, object], key: str, filename: str) -> str | None:
@@ -477,7 +489,7 @@ def _rejected_event(filename: str, reason: str, written: dict[str, str], fate: s
     """The event that tells the agent, on the channel its file names, that
     the file was rejected, why, and what became of it; None without one."""
     channel = written.get("channelId", "")
-    if not channel or _has_whitespace(channel):  # none, or not a channel: the file says nothing to tell
+    if not channel or _channel_fault(channel):  # none, or not a channel: the file says nothing to tell
         return None
     return Event(filename, "rejected", channel, f"{reason.rstrip('.')}. {fate}",
                  at=written.get("at"), schedule=written.get("schedule"), timezone=written.get("timezone"))
@@ -1339,25 +1351,27 @@ def _is_racy(seen_ns: int, mtime_ns: int) -> bool:
     return seen_ns - mtime_ns < tick
 
 
-def _list(directory: str, own: str | None = None) -> dict[str, int]:
-    """The event names in the directory, but ``own`` (``_own_name``), and
+def _list(directory: str, own: frozenset[str] = frozenset()) -> dict[str, int]:
+    """The event names in the directory, but ``own`` (``_own_names``), and
     their inode numbers, which scandir reads from the directory entries
     themselves, without a stat."""
     with os.scandir(directory) as entries:
-        return {entry.name: entry.inode() for entry in entries if _is_event_name(entry.name) and entry.name != own}
+        return {entry.name: entry.inode() for entry in entries if _is_event_name(entry.name) and entry.name not in own}
 
 
-def _own_name(directory: str, history: str | None) -> str | None:
-    """The history's name when it lies in ``directory`` (the same directory,
-    however spelled): the harness's own file, which it never reads as an
-    event, even when it is named like one."""
-    if history is None:
-        return None
-    head, name = os.path.split(history)
-    try:
-        return name if os.path.samefile(head or ".", directory) else None
-    except OSError:  # its directory does not exist: it is not this one
-        return None
+def _own_names(directory: str, history: str | None) -> frozenset[str]:
+    """The history's names in ``directory`` (the same directory, however
+    spelled), as given and once links are resolved: the harness's own file,
+    which it never reads as an event, even when it is named like one."""
+    names = set()
+    for path in () if history is None else (history, os.path.realpath(history)):
+        head, name = os.path.split(path)
+        try:
+            if os.path.samefile(head or ".", directory):
+                names.add(name)
+        except OSError:  # its directory does not exist: it is not this one
+            continue
+    return frozenset(names)
 
 
 def _relisted(old: dict[str, int], new: dict[str, int], stat_all: bool) -> list[str]:
@@ -1673,11 +1687,13 @@ _JOURNAL_COMPACT = 64 << 10  # bytes: a longer journal is rewritten with only wh
 
 @dataclass
 class _Left:
-    """What a journal says its harness left undone: runs cut short (``cut``:
-    their ``run`` records, with ``sid`` and ``start`` when a command ran),
-    runs that ended (``ended``, with what their ``end`` records said: ``ran``,
+    """What a journal says its harness left undone: commands' runs cut short
+    (``cut``: their ``run`` records, with ``sid`` and ``start``), runs that
+    ended (``ended``, with what their ``end`` records said: ``ran``,
     ``status`` and whether the history has them, ``recorded``), notices not
-    sent, periodic files' accounts, and the records still open, to carry over."""
+    sent, periodic files' accounts, and the records still open (``open``: a
+    command's run until the harness has recorded its end, for its session
+    may hold processes until then)."""
 
     pid: int | None = None
     machine: str = ""
@@ -1692,10 +1708,9 @@ def _fold(data: bytes) -> _Left:
     """Read a journal's records in order.  A line that does not parse (cut by
     a crash mid-write) or is not a record is skipped."""
     left = _Left()
-    runs: dict[int, dict[str, Any]] = {}
-    ended: dict[int, dict[str, Any]] = {}
+    runs: dict[int, list[dict[str, Any]]] = {}  # a run's records ("run" and "end"), by its id
     notices: dict[int, dict[str, Any]] = {}
-    fires: dict[tuple[str, int, float], dict[str, Any]] = {}   # by (file, mtime, due): the last one
+    fires: dict[tuple[str, int, float], bool] = {}  # (file, mtime, due): queued, and not counted as missed since
     counted: dict[tuple[str, int], float] = {}
     for line in data.splitlines():
         try:
@@ -1704,33 +1719,43 @@ def _fold(data: bytes) -> _Left:
             if kind == "harness":
                 left.pid, left.machine = record["pid"], record["machine"]
             elif kind == "fire":
-                fires[record["file"], record["mtime"], record["due"]] = record
-            elif kind == "run":
-                runs[record["id"]] = record
-            elif kind == "end":
-                notices.pop(record["id"], None)
-                run = runs.pop(record["id"], None) or ended.get(record["id"])
-                if record.get("by") == "harness":  # it knew best, and it recorded the run
-                    run = {**(run or {}), **record, "recorded": True}
-                elif run is not None:  # the command's shell, on its own
-                    run = {"ran": record["ran"], **run, "status": record.get("status")}
-                if run is not None and "file" in run:
-                    ended[record["id"]] = run
+                fires[record["file"], record["mtime"], record["due"]] = record["queued"]
+            elif kind in ("run", "end"):
+                runs.setdefault(record["id"], []).append(record)
+                if kind == "end":
+                    notices.pop(record["id"], None)
             elif kind == "notice":
                 notices[record["id"]] = record
-            elif kind == "counted":
-                key = (record["file"], record["mtime"])
-                counted[key] = max(counted.get(key, -math.inf), record["until"])
+            elif kind == "counted":  # what was queued and lost so far is in the history now
+                version = (record["file"], record["mtime"])
+                counted[version] = max(counted.get(version, -math.inf), record["until"])
+                fires.update((key, False) for key in fires if key[:2] == version)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             continue
-    left.cut, left.ended, left.notices = list(runs.values()), list(ended.values()), list(notices.values())
-    done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run["type"] == "periodic"}
-    queued = {key for key, fire in fires.items() if fire["queued"]}
+    for mine in runs.values():
+        run = next((r for r in mine if r["kind"] == "run"), None)
+        harness = next((r for r in mine if r["kind"] == "end" and r.get("by") == "harness"), None)
+        shell = next((r for r in mine if r["kind"] == "end" and r.get("by") != "harness"), None)
+        if harness is not None:
+            left.ended.append({**(run or {}), **harness, "recorded": True})
+            continue
+        if run is None:  # a notice taken back
+            continue
+        left.open.extend(mine)  # its command's session may hold processes yet: the next harness stops them
+        if shell is not None:
+            left.ended.append({**run, "ran": shell["ran"], "status": shell.get("status")})
+        else:
+            left.cut.append(run)
+    left.notices = list(notices.values())
+    done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run.get("type") == "periodic"}
+    lost = {key for key, queued in fires.items() if queued} - done
     for version in {key[:2] for key in [*done, *fires]}:  # a queued occurrence that never ended was missed
-        fired = {key[2] for key in [*done, *fires] if key[:2] == version and (key in done or key not in queued)}
-        missed = {key[2] for key in queued - done if key[:2] == version}
-        left.accounts[version] = _Account(frozenset(fired), frozenset(missed), counted.get(version, -math.inf))
-    left.open = [*(fires[key] for key in queued - done), *runs.values(), *left.notices]
+        fired = {key[2] for key in [*done, *fires] if key[:2] == version and key not in lost}
+        left.accounts[version] = _Account(frozenset(fired), frozenset(key[2] for key in lost if key[:2] == version),
+                                          counted.get(version, -math.inf))
+    left.open += [{"kind": "fire", "file": file, "mtime": mtime, "due": due, "queued": True}
+                  for file, mtime, due in lost]
+    left.open += left.notices
     return left
 
 
@@ -1778,15 +1803,14 @@ class _Journal:
     def left(self) -> _Left:
         """What the journal holds now: what the last harness left."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            with open(os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW), "rb") as file:
+                return _fold(file.read())
         except FileNotFoundError:
             return _Left()
-        except OSError as exc:
+        except OSError as exc:  # a directory, a link, unreadable: the next write says it again
             log.error("cannot read the journal %s (%s); what the last harness left is unknown",
                       self.path, exc.strerror or exc)
             return _Left()
-        with open(fd, "rb") as file:
-            return _fold(file.read())
 
     def begin(self, carried: list[dict[str, Any]]) -> None:
         """Start the file anew: this harness, then the records ``carried`` over."""
@@ -1930,7 +1954,7 @@ class _Scanner:
         self.directory = directory
         self._prefix = os.path.join(directory, "")
         self._history = history
-        self._own: str | None = None            # the history's name, if it lies in the directory
+        self._own: frozenset[str] = frozenset()  # the history's names, if it lies in the directory
         self._snapshot: dict[str, _Entry] = {}
         self._listing: dict[str, int] = {}      # name -> inode, from the last listing
         self._dir_key: tuple[int, int, int] | None = None   # the directory's (dev, inode, mtime) then
@@ -1961,7 +1985,7 @@ class _Scanner:
         if known.  EventError names the process that holds it."""
         os.makedirs(self.directory, exist_ok=True)
         self._lock = _DirectoryLock(self.directory)
-        self._own = _own_name(self.directory, self._history)
+        self._own = _own_names(self.directory, self._history)
         if self._lock.directory_mode & stat.S_IWOTH:  # whoever writes a file there acts as the agent
             log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
                         self.directory, self.directory)
@@ -2739,9 +2763,10 @@ class _History:
         return fd
 
     def _cut_last_line(self, fd: int, size: int) -> None:
-        """Cut off the end of the file after its last newline: a line a
-        harness was writing when it died, or one whose failed write could
-        not be cut back.  A file whose end cannot be read is taken as whole."""
+        """Make the file end in a newline: a last line that lacks only its
+        newline gets one; a cut line (a harness died writing it, or a failed
+        write could not be cut back) is cut off.  A file whose end cannot be
+        read is taken as whole."""
         try:
             if not size or os.pread(fd, 1, size - 1) == b"\n":
                 return
@@ -2753,6 +2778,14 @@ class _History:
                     keep = start + newline + 1
                     break
                 keep = start
+            try:
+                whole = size - keep <= MAX_FILE_BYTES and isinstance(_decode_json(os.pread(fd, size - keep, keep),
+                                                                                  None), dict)
+            except EventError:
+                whole = False
+            if whole:
+                os.write(fd, b"\n")
+                return
             os.ftruncate(fd, keep)
         except OSError:
             return
@@ -2891,7 +2924,8 @@ class _Files:
         periodic files' accounts, for the start-up's judge, and the notices
         it did not send, to send once the directory has been judged."""
         left = self.journal.left()
-        stopped = {run["id"]: self._stop_command(run, left) for run in left.cut if run.get("sid") is not None}
+        sessions = [record for record in left.open if record["kind"] == "run" and record.get("sid") is not None]
+        stopped = {run["id"]: self._stop_command(run, left) for run in sessions}
         if stopped:
             left = self.journal.left()  # what their shells journaled, of the commands that ended meanwhile
         self._put_back_taken()
@@ -4031,14 +4065,18 @@ _Stream: TypeAlias = tuple[int, bytearray]
 # session is journaled: it first reads the line "go" from stdin, which the
 # supervisor writes after journaling it (the harness dead before, it reads the
 # end of stdin and exits unrun); the command reads the message after that line.
-# When the command ends, it journals that, as the harness would if it were
-# still alive to, and ends as the command did (killed by the same signal).
-# Its own stderr is /dev/null, for a shell reports a child killed by a signal
-# there; the command gets the real one back (fd 3) in a shell of its own.
-_WRAPPER = ('exec 3>&2 2>/dev/null; IFS= read -r go && [ "$go" = go ] || exit 125; '
+# When the command ends, it journals that the run ran, as the harness would if
+# it were still alive to, unless the command was cut short: killed by SIGPIPE
+# (the harness, which reads its output, is dead), or stopped (SIGTERM, which
+# this shell outlives to see how the command ends) and not successful.  Then it
+# ends as the command did (killed by the same signal).  Its own stderr is
+# /dev/null, for a shell reports a child killed by a signal there; the command
+# gets the real one back (fd 3) in a shell of its own.
+_WRAPPER = ('exec 3>&2 2>/dev/null; IFS= read -r go && [ "$go" = go ] || exit 125; trap "stopped=1" TERM; '
             '/bin/sh -c \'exec 2>&3 3>&-; exec /bin/sh -c "$0"\' "$1"; s=$?; '
-            '[ -z "$2" ] || printf \'{"kind": "end", "id": %s, "ran": true, "status": %d}\\n\' "$3" "$s" >>"$2"; '
-            '[ "$s" -gt 128 ] && kill -"$((s - 128))" $$; exit "$s"')
+            'if [ -n "$2" ] && [ "$s" != 141 ] && { [ "$s" = 0 ] || [ -z "$stopped" ]; }; then '
+            'printf \'{"kind": "end", "id": %s, "ran": true, "status": %d}\\n\' "$3" "$s" >>"$2"; fi; '
+            'trap - TERM; [ "$s" -gt 128 ] && kill -"$((s - 128))" $$; exit "$s"')
 
 
 class _Commands:
@@ -4310,10 +4348,10 @@ def _check(path: str, history: str | None = None) -> int:
     in_directory = os.path.isdir(path)
     try:
         if in_directory:
-            own = _own_name(path, history)
+            own = _own_names(path, history)
             with os.scandir(path) as entries:
                 names = sorted(entry.name for entry in entries
-                               if _is_event_name(entry.name.removesuffix(".rejected")) and entry.name != own)
+                               if _is_event_name(entry.name.removesuffix(".rejected")) and entry.name not in own)
             files = [(os.path.join(path, name), name) for name in names]
         else:
             os.stat(path)

@@ -3969,11 +3969,11 @@ class ExecEnvironmentTest(CliCase):
     def test_nul_a_lone_surrogate_and_an_undecodable_file_name(self):
         name = os.fsdecode(b"caf\xe9.json")  # not UTF-8: the name's bytes reach the command as they are
         cli = self.serve_dump()
-        self.put(name, immediate("C\u00001", "a\u0000b\ud800c"))  # JSON escapes: a valid file
+        self.put(name, immediate("C1", "a\u0000b\ud800c"))  # JSON escapes: a valid file (a channel with a NUL is not)
         stdin, env = self.run_of(cli, name)
         self.assertEqual(stdin, b"[EVENT:caf\xe9.json:immediate] a\0b\\ud800c\n")
         self.assertEqual(env, {"MOM_EVENT_FILE": b"caf\xe9.json", "MOM_EVENT_TYPE": b"immediate",
-                               "MOM_EVENT_CHANNEL": b"C\\01", "MOM_EVENT_TEXT": b"a\\0b\\ud800c",
+                               "MOM_EVENT_CHANNEL": b"C1", "MOM_EVENT_TEXT": b"a\\0b\\ud800c",
                                "MOM_EVENT_MESSAGE": b"[EVENT:caf\xe9.json:immediate] a\\0b\\ud800c",
                                "MOM_EVENT_SCHEDULE": b"immediate", "MOM_EVENT_DUE": b""})
         self.assertTrue(wait_for(lambda: not (self.events / name).exists()))
@@ -4844,6 +4844,119 @@ class KillTest(CliCase):
                                           r"WatchdogSec= replaces a harness that hangs\)$")
 
 
+class TakeoverFaultTest(CliCase):
+    """What the adversarial pass of issue 30 found, each as it reproduced it."""
+
+    def harness(self, command, *args):
+        cli = Cli(self, self.events, "--poll", "0.05", "--exec", command, "--history", self.dir / "history.jsonl",
+                  *args)
+        cli.wait_err("watching")
+        return cli
+
+    def outcomes(self):
+        return [(r["filename"], r["outcome"]) for r in read_history(self.dir / "history.jsonl")]
+
+    def test_what_an_ended_command_left_is_stopped_before_the_next_harness_runs_anything(self):
+        trace = self.dir / "trace"
+        command = (f"echo run $MOM_EVENT_FILE >> {trace}; (trap '' TERM; sleep 6; "
+                   f"echo leftover of $MOM_EVENT_FILE alive >> {trace}) & sleep 0.1")
+        old = self.harness(command)
+        self.put("a.json", immediate("C1"))
+        self.assertTrue(wait_for(lambda: trace.exists() and "run a.json" in trace.read_text()))
+        time.sleep(0.15)  # the command has ended; its leftover is not stopped yet (0.2 s)
+        old.proc.kill()
+        old.finish()
+        new = self.harness(command)
+        self.put("b.json", immediate("C1"))
+        self.assertTrue(wait_for(lambda: "run b.json" in trace.read_text()))
+        time.sleep(6.5)
+        self.assertNotIn("leftover of a.json alive", trace.read_text())
+        self.assertEqual(trace.read_text().count("run a.json"), 1)  # it ran: not again
+        new.signal(signal.SIGTERM)
+        new.finish()
+
+    def test_a_command_that_finishes_when_stopped_is_not_run_again(self):
+        trace = self.dir / "trace"
+        command = f"trap '' TERM; echo start >> {trace}; sleep 1.2; echo finished >> {trace}"
+        old = self.harness(command)
+        self.put("a.json", immediate("C1"))
+        self.assertTrue(wait_for(lambda: trace.exists() and "start" in trace.read_text()))
+        time.sleep(0.6)  # it needs 0.6 s more: less than the second a SIGTERM it ignores leaves it
+        old.proc.kill()
+        old.finish()
+        new = self.harness(command)
+        self.assertTrue(wait_for(lambda: not (self.events / "a.json").exists(), 5))
+        time.sleep(1.5)
+        self.assertEqual(trace.read_text().split(), ["start", "finished"])
+        self.assertEqual(self.outcomes()[-1], ("a.json", "done"))
+        new.signal(signal.SIGTERM)
+        new.finish()
+
+    def test_a_printing_command_its_harness_died_under_is_cut_short_and_runs_again(self):
+        trace = self.dir / "trace"
+        command = (f"i=0; while [ $i -lt 10 ]; do echo progress $i; i=$((i+1)); sleep 0.1; done; "
+                   f"echo done >> {trace}")
+        old = self.harness(command)
+        self.put("a.json", immediate("C1"))
+        self.assertTrue(wait_for(lambda: any("progress 2" in line for line in old.err)))
+        old.proc.kill()
+        old.finish()
+        time.sleep(0.5)  # it dies of SIGPIPE at its next line
+        new = self.harness(command)
+        self.assertTrue(wait_for(lambda: trace.exists() and trace.read_text() == "done\n", 5))
+        outcomes = [outcome for name, outcome in self.outcomes() if name == "a.json"]
+        self.assertIn("interrupted", outcomes)
+        self.assertNotIn("failed", outcomes)
+        new.signal(signal.SIGTERM)
+        new.finish()
+
+    def test_a_history_linked_into_the_events_directory_is_not_read_as_an_event(self):
+        (self.events / "history.json").touch()
+        link = self.dir / "history-link.jsonl"
+        link.symlink_to(self.events / "history.json")
+        cli = Cli(self, self.events, "--poll", "0.05", "--history", link)
+        cli.wait_err("watching")
+        for i in range(3):
+            self.put(f"i{i}.json", immediate("C1", str(i)))
+        self.assertTrue(wait_for(lambda: len(cli.out) == 3))
+        time.sleep(1)  # longer than a bad file's retries
+        cli.signal(signal.SIGTERM)
+        cli.finish()
+        self.assertFalse((self.events / "history.json.rejected").exists())
+        self.assertEqual(len(read_history(self.events / "history.json")), 9)  # queued, started, done each
+
+    def test_a_journal_that_is_a_directory_does_not_stop_a_start(self):
+        (self.events / ".mom_events.journal").mkdir()
+        cli = self.harness("true")
+        self.put("a.json", immediate("C1"))
+        self.assertTrue(wait_for(lambda: len(cli.out) == 1))
+        self.assertTrue(any("cannot read the journal" in line for line in cli.err))
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+
+
+class JournalAccountTest(unittest.TestCase):
+    def test_a_periodic_occurrence_cut_short_is_counted_missed_once_across_takeovers(self):
+        """issue 30's adversarial pass: F5."""
+        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        t0 = h.now
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
+                           "start": datetime.fromtimestamp(t0 + 10, UTC).isoformat()}, mtime=t0 - 1)
+        h.start()
+        h.now = t0 + 10
+        h.step(h.now)  # queued; its command starts, and A dies
+        h.w._files.journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic", "channelId": "C1",
+                                  "due": t0 + 10, "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
+                                  "final": False, "sid": 2 ** 22 + 1, "start": 1})
+        b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._files.history.path)
+        b.w._startup(b.now, (t0 + 12, False))
+        b.advance(20)  # B runs t0 + 20 and t0 + 30, then dies
+        c = Harness(self, now=b.now + 1, directory=h.dir, history=h.w._files.history.path)
+        c.w._startup(c.now, (b.now, False))
+        missed = [r["detail"] for r in read_history(h.w._files.history.path) if r["outcome"] == "missed"]
+        self.assertEqual(missed, ["1 occurrence fell due while no harness was running"])
+
+
 class ShutdownTest(CliCase):
     def test_running_commands_finish_their_files_go_queued_files_stay(self):
         cli = self.serve("--exec", "sleep 0.5")
@@ -5062,13 +5175,13 @@ class OneLineOutputTest(unittest.TestCase):
         cli = Cli(self, events, "--poll", "0.05")
         cli.wait_err("watching")
         forged = "\n2025-01-01T00:00:00.000+00:00 C2 [EVENT:x.json:immediate] forged"
-        put(events, "a\nb.json", immediate("C1\x1b[2K", text="hi" + forged + "\x00\u2028\rend"))
+        put(events, "a\nb.json", immediate("C1", text="hi" + forged + "\x00\u2028\rend"))
         put(events, "bad\nFORGED.json", "{")
         self.assertTrue(wait_for(lambda: cli.out and any("renamed" in line for line in cli.err)), (cli.out, cli.err))
         cli.signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 0)
         self.assertEqual(len(cli.out), 1, cli.out)
-        self.assertRegex(cli.out[0], r"^\S+ C1\\x1b\[2K \[EVENT:a\\nb\.json:immediate\] hi\\n2025\S+ C2 "
+        self.assertRegex(cli.out[0], r"^\S+ C1 \[EVENT:a\\nb\.json:immediate\] hi\\n2025\S+ C2 "
                                      r"\[EVENT:x\.json:immediate\] forged\\x00\\u2028\\rend$")
         self.assertFalse([line for line in cli.err if not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", line)])
         self.assertTrue(any(r"bad\nFORGED.json: invalid JSON" in line for line in cli.err), cli.err)
@@ -5079,7 +5192,8 @@ class OneLineOutputTest(unittest.TestCase):
                                                      r"property name enclosed in double quotes (line 1 column 2); "
                                                      r"fix it, then mv it back to bad\nFORGED.json (or rm it)",
                                                      result.stdout.split("\n")[1], ""])
-        self.assertRegex(result.stdout.split("\n")[1], r"^c\\rd\.json: ok: periodic on channel C\\u200bX, next ")
+        self.assertEqual(result.stdout.split("\n")[1], r"""c\rd.json: "channelId" 'C\u200bX' contains U+200B, which """
+                                                        r"does not print (a chat platform's channel ID has none)")
 
 
 class ForgedTagTest(unittest.TestCase):
@@ -5095,6 +5209,11 @@ class ForgedTagTest(unittest.TestCase):
         for space in (" ", "\t", "\n", "\r", "\x0b", "\x1c", "\x85", "\xa0", "\u2028", "\u3000"):
             with self.subTest(space=space):
                 self.assertIn("contains whitespace", self.rejection(f"C1{space}X").reason)
+        for blank in ("\u3164", "\u2800", "\u115f", "\u200b", "\ufeff", "\x1b", "\x00", "\u200e"):
+            with self.subTest(blank=blank):
+                self.assertEqual(self.rejection(f"C1{blank}X").reason,
+                                 f"\"channelId\" {'C1' + blank + 'X'!r} contains U+{ord(blank):04X}, which does "
+                                 f"not print (a chat platform's channel ID has none)")
         self.assertEqual(parse_event(json.dumps(immediate("C1-x_y.z:#!")), "x.json").channel_id, "C1-x_y.z:#!")
 
     def rejection(self, channel):
@@ -5379,6 +5498,12 @@ class HistoryWholeLinesTest(unittest.TestCase):
                 self.assertTrue(logs.output[0].endswith(f": cut off its last {len(before) - kept * len(whole)} bytes"),
                                 logs.output[0])
                 self.assertEveryLineParses(path, ["a.json"] * kept + ["next.json", "last.json"])
+
+    def test_a_whole_last_line_that_lacks_only_its_newline_is_kept(self):
+        history, path = self.history(b'{"filename": "a.json"}\n{"filename": "b.json"}')
+        with self.assertNoLogs("mom_events", "WARNING"):
+            history.record("done", "next.json")
+        self.assertEveryLineParses(path, ["a.json", "b.json", "next.json"])
 
 
 class AsyncTest(unittest.TestCase):
