@@ -206,14 +206,18 @@ def _when(event: Event) -> str | None:
 
 
 def _span(seconds: float) -> str:
-    """A duration as a person says it: ``14 s``, ``3 minutes``, ``342 days``."""
-    if seconds < 1:
+    """A duration exact to the whole second, every nonzero unit in words:
+    ``1 day 12 hours``, ``1 minute 30 seconds``.  Rounded to one unit, 36
+    hours read back to a user as "1 day" would mislead."""
+    rest = int(seconds)
+    if rest < 1:
         return "less than a second"
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            count = int(seconds // size)
-            return f"{count} {unit}{'s' if count > 1 else ''}"
-    return f"{int(seconds)} s"
+    parts = []
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count} {unit}{'s' if count > 1 else ''}")
+    return " ".join(parts)
 
 
 def _clip(text: str, limit: int = 40) -> str:

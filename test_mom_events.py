@@ -172,10 +172,11 @@ class Harness:
 
 
 class ParseEventTest(unittest.TestCase):
-    def test_a_span_is_said_in_the_largest_whole_unit(self):
-        for seconds, text in [(0.99, "less than a second"), (1, "1 s"), (59.9, "59 s"), (60, "1 minute"),
-                              (119, "1 minute"), (120, "2 minutes"), (3599, "59 minutes"), (3600, "1 hour"),
-                              (7200, "2 hours"), (86399, "23 hours"), (86400, "1 day"), (172800, "2 days")]:
+    def test_a_span_is_said_exactly_to_the_whole_second(self):
+        for seconds, text in [(0.99, "less than a second"), (1, "1 second"), (59.9, "59 seconds"), (60, "1 minute"),
+                              (119, "1 minute 59 seconds"), (120, "2 minutes"), (3599, "59 minutes 59 seconds"),
+                              (3600, "1 hour"), (7200, "2 hours"), (86399, "23 hours 59 minutes 59 seconds"),
+                              (86400, "1 day"), (172800, "2 days")]:
             self.assertEqual(mom_events._span(seconds), text)
 
     def test_quotes_are_clipped_at_40_characters(self):
@@ -1039,8 +1040,8 @@ class LanguageTest(unittest.TestCase):
         for name, content in files.items():
             (d / name).write_text(json.dumps(content))
             lines[name] = mom_events._check_line(str(d / name), name, now)
-        self.assertEqual(lines["wall.json"],
-                         (True, "wall.json: ok: one-shot on channel C1, at 2027-03-28T03:00:00+02:00 (in 27 days)"))
+        self.assertEqual(lines["wall.json"], (True, "wall.json: ok: one-shot on channel C1, at "
+                                                    "2027-03-28T03:00:00+02:00 (in 27 days 1 hour)"))
         self.assertTrue(lines["typo.json"][0])
         self.assertTrue(lines["typo.json"][1].endswith('; unknown field "untl" is ignored'))
         self.assertIn("runs on days matching either field", lines["either.json"][1])
@@ -1694,7 +1695,8 @@ class OneShotTest(unittest.TestCase):
         data = path.read_bytes()
         with self.assertLogs("mom_events", "ERROR") as logs:
             h.tick(h.now + 0.1)
-        reason = '"at" 2025-12-15T09:00:00+01:00 is 342 days in the past (it is now 2026-11-22T09:13:00+01:00)'
+        reason = ('"at" 2025-12-15T09:00:00+01:00 is 342 days 13 minutes in the past '
+                  "(it is now 2026-11-22T09:13:00+01:00)")
         self.assertEqual(logs.output, [f"ERROR:mom_events:late.json: {reason}; renamed to late.json.rejected"])
         self.assertFalse(h.exists("late.json"))
         self.assertEqual((h.dir / "late.json.rejected").read_bytes(), data)
@@ -1836,7 +1838,7 @@ class PeriodicTest(unittest.TestCase):
                                capture_output=True, text=True, timeout=60)
         self.assertEqual(lines.returncode, 1)
         self.assertRegex(lines.stdout, r'^ended\.json: periodic on channel C1: "until" 2020-01-01T00:00:00Z is '
-                                       r"\d+ days in the past \(it is now \S+\); it will not run\n$")
+                                       r"\d+ days( \d+ \w+)* in the past \(it is now \S+\); it will not run\n$")
 
 class ScanTest(unittest.TestCase):
     """The scan's fast path: one stat of the directory while no name changed."""
@@ -2445,7 +2447,7 @@ class QueueTest(unittest.TestCase):
         h.now += 0.5
         h.run_workers()  # p.json's runs half a second late: not late; q.json's waits for it
         self.assertEqual([(e.filename, e.late) for _, e in h.fired], [("p.json", None), ("q.json", 3.5)])
-        self.assertIn("] (late by 3 s) tick", h.fired[1][1].message)
+        self.assertIn("] (late by 3 seconds) tick", h.fired[1][1].message)
 
     def test_the_last_occurrence_merged_into_a_waiting_one_that_starts_meanwhile_still_ends_the_file(self):
         """issue 30, item 10: the waiting occurrence is made the last under the
@@ -2732,7 +2734,7 @@ class ClockStepTest(unittest.TestCase):
         h.step(h.now)
         h.run_workers()
         self.assertEqual([(e.text, e.late) for _, e in h.fired], [("a", None), ("b", 1.0)])
-        self.assertTrue(h.fired[1][1].message.endswith("] (late by 1 s) b"), h.fired[1][1].message)
+        self.assertTrue(h.fired[1][1].message.endswith("] (late by 1 second) b"), h.fired[1][1].message)
 
     def test_backward_step_fires_nothing_twice(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
@@ -3826,9 +3828,9 @@ class CheckTest(CliCase):
         by_name = dict(line.split(": ", 1) for line in lines)
         self.assertEqual(by_name["hook.json"], "ok: immediate on channel C1, runs on arrival")
         self.assertRegex(by_name["later.json"],
-                         r"^ok: one-shot on channel C2, at 2999-01-01T09:00:00\+01:00 \(in \d{6} days\)$")
+                         r"^ok: one-shot on channel C2, at 2999-01-01T09:00:00\+01:00 \(in \d{6} days( \d+ \w+)*\)$")
         self.assertRegex(by_name["old.json"], r'^one-shot on channel C2: "at" 2001-01-01T09:00:00\+01:00 is \d{4} '
-                                              r"days in the past \(it is now [-\d]{10}T[:\d]{8}\+01:00\); "
+                                              r"days( \d+ \w+)* in the past \(it is now [-\d]{10}T[:\d]{8}\+01:00\); "
                                               r"it will not run$")
         times, after = [], datetime.now(UTC)  # next three, in the event's own timezone
         for _ in range(3):
@@ -3856,7 +3858,7 @@ class CheckTest(CliCase):
         result = self.run_cli(self.events, "--check")
         self.assertEqual(result.returncode, 1)
         self.assertRegex(result.stdout, r'^dentist\.json: one-shot on channel C2: "at" 2025-12-15T09:00:00\+01:00 is '
-                                        r"\d+ days in the past \(it is now \S+\+01:00\); it will not run\n$")
+                                        r"\d+ days( \d+ \w+)* in the past \(it is now \S+\+01:00\); it will not run\n$")
 
     def test_rejected_files_are_listed_with_todays_reason_and_fail_the_check(self):
         self.put("tick.json", periodic())
@@ -3891,6 +3893,42 @@ class CheckTest(CliCase):
         result = self.run_cli(self.events, "--check")
         self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 1))
         self.assertIsNone(cli.proc.poll())
+
+
+class CheckReadableTest(CliCase):
+    """Issue 31, item 3: what --check says can be read back to a user as it is: every duration exact,
+    every time in the user's zone with the event's own beside it, the flags in words, and an agenda."""
+
+    def test_a_duration_is_every_nonzero_unit_in_whole_seconds(self):
+        span = mom_events._span
+        for seconds, text in [(0, "less than a second"), (0.99, "less than a second"), (1, "1 second"),
+                              (14.9, "14 seconds"), (90, "1 minute 30 seconds"), (3600, "1 hour"),
+                              (129600, "1 day 12 hours"), (172980, "2 days 3 minutes"),
+                              (90061, "1 day 1 hour 1 minute 1 second"), (29549580, "342 days 13 minutes")]:
+            self.assertEqual(span(seconds), text)
+        size = {"day": 86400, "hour": 3600, "minute": 60, "second": 1}
+        below = {"day": math.inf, "hour": 24, "minute": 60, "second": 60}  # a larger unit takes the rest
+        rng = random.Random(31)
+        for _ in range(20000):  # 0 to ten years, half of them on a log scale so that every unit is met
+            seconds = rng.choice([rng.uniform(0, 3650 * 86400), math.exp(rng.uniform(-1, math.log(3650 * 86400)))])
+            text = span(seconds)
+            if seconds < 1:
+                self.assertEqual(text, "less than a second")
+                continue
+            words = text.split()
+            parts = [(int(count), unit, unit.removesuffix("s"))
+                     for count, unit in zip(words[::2], words[1::2], strict=True)]
+            names = [name for _, _, name in parts]
+            self.assertEqual(names, sorted(set(names), key=size.get, reverse=True), text)  # largest first, once
+            for count, unit, name in parts:
+                self.assertEqual(unit, name + ("s" if count > 1 else ""), text)
+                self.assertTrue(0 < count < below[name], text)
+            self.assertEqual(sum(count * size[name] for count, _, name in parts), int(seconds), text)
+
+    def test_the_agent_reads_how_late_exactly(self):
+        event = dataclasses.replace(parse_event(json.dumps(one_shot("2026-11-22T09:00:00Z")), "late.json"), late=14.7)
+        self.assertIn("(late by 14 seconds) remind", event.message)
+        self.assertIn("(late by 1 day 12 hours)", dataclasses.replace(event, late=129600).message)
 
 
 class RejectedTest(CliCase):
@@ -3940,11 +3978,11 @@ class RejectedTest(CliCase):
         self.assertEqual(records["missed"]["filename"], "missed.json")  # the agent is told
         self.assertEqual(records["one-shot"]["text"], "ontime.json")
         self.assertGreaterEqual(records["one-shot"]["late"], 2)
-        self.assertRegex(records["one-shot"]["message"], r"\] \(late by \d+ s\) ontime\.json$")
+        self.assertRegex(records["one-shot"]["message"], r"\] \(late by \d+ seconds\) ontime\.json$")
         self.assertEqual(records["rejected"]["filename"], "late.json")
-        self.assertRegex(records["rejected"]["message"], r'^\[EVENT:late\.json:rejected\] "at" \S+\+00:00 is \d s in '
-                                                         r"the past \(it is now \S+\+00:00\)\. The file is now "
-                                                         r"late\.json\.rejected: ")
+        self.assertRegex(records["rejected"]["message"], r'^\[EVENT:late\.json:rejected\] "at" \S+\+00:00 is '
+                                                         r"\d seconds? in the past \(it is now \S+\+00:00\)\. "
+                                                         r"The file is now late\.json\.rejected: ")
         self.assertTrue(wait_for(lambda: not (self.events / "ontime.json").exists()))
         self.assertTrue((self.events / "late.json.rejected").exists())
 
@@ -4647,7 +4685,7 @@ class KillTest(CliCase):
             self.addCleanup(standby.stop)
             self.assertTrue(wait_for(lambda: any("sign of life" in line for line in logs.output), 2))
         self.assertRegex(logs.output[-1], r"is already watched by process \d+ \(lock file \.mom_events\.lock\), and "
-                                          r"has shown no sign of life for 45 s: it may hang \(under systemd, "
+                                          r"has shown no sign of life for 45 seconds: it may hang \(under systemd, "
                                           r"WatchdogSec= replaces a harness that hangs\)$")
 
 
@@ -7511,7 +7549,7 @@ class DowntimeTest(unittest.TestCase):
         self.assertEqual(sorted(ran), ["grace", "hung"])
         self.assertAlmostEqual(ran["hung"].late, 630, delta=0.01)
         self.assertEqual(ran["hung"].due, datetime.fromtimestamp(h.down_since - 30, UTC))
-        self.assertRegex(ran["grace"].message, r"\] \(late by 4 s\) grace$")
+        self.assertRegex(ran["grace"].message, r"\] \(late by 4 seconds\) grace$")
         notices = [e for _, e in h.fired if e.type == "missed"]
         self.assertEqual([(e.filename, e.channel_id) for e in notices], [("missed.json", "C2")])
         self.assertEqual(notices[0].message,
@@ -7614,7 +7652,8 @@ class DowntimeTest(unittest.TestCase):
             self.start(h)
         self.assertEqual([(e.filename, e.late, e.due) for _, e in h.fired],
                          [("fast.json", 1.0, datetime.fromtimestamp(h.now - 1, UTC))])
-        self.assertRegex(h.fired[0][1].message, r"^\[EVENT:fast\.json:periodic:\* \* \* \* \* \*\] \(late by 1 s\) ")
+        self.assertRegex(h.fired[0][1].message,
+                         r"^\[EVENT:fast\.json:periodic:\* \* \* \* \* \*\] \(late by 1 second\) ")
         self.assertIn("INFO:mom_events:slow.json: 10 occurrences fell due while no harness was running", logs.output)
         self.assertIn("INFO:mom_events:once.json: 1 occurrence fell due while no harness was running", logs.output)
         self.assertIn("fast.json: 10 occurrences fell due while no harness was running; running the latest now",
@@ -7933,7 +7972,8 @@ class MisfireGraceTest(unittest.TestCase):
         h.write("new.json", one_shot(h.now - 10), mtime=h.now)
         with self.assertLogs("mom_events", "ERROR") as logs:  # its one error line, kept off the suite's stderr
             h.tick(h.now + 0.1)
-        self.assertRegex(logs.output[0], r'new\.json: "at" .* is 10 s in the past .*renamed to new\.json\.rejected$')
+        self.assertRegex(logs.output[0],
+                         r'new\.json: "at" .* is 10 seconds in the past .*renamed to new\.json\.rejected$')
         self.assertEqual([e.type for _, e in h.fired], ["rejected"])
         self.assertTrue(h.exists("new.json.rejected"))
 
