@@ -53,7 +53,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, TypeVar, TypeVarTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -4103,10 +4103,12 @@ def _report(event: Event, exc: BaseException) -> None:
 # -- --check: lint the directory ---------------------------------------------
 
 
-def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
+def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None) -> tuple[bool, str]:
     """The verdict on one file, judged as an event named ``name`` that a
     running harness sees now would be: whether it will run, and a line saying
-    when or what is wrong, with notes on what it may not mean."""
+    when or what is wrong, with notes on what it may not mean.  Its times are
+    the user's, in ``zone`` (None: the host's), so they can be read back to
+    the user as they are."""
     try:
         data, sig = _read_file(path)
         event, ignored = _parse(data, name)
@@ -4138,15 +4140,80 @@ def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
         return True, f"{name}: ok: {what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}{notes_text}"
     due = verdict.due
     assert due is not None
+    soon = f"in {_span(round(due - now))}"
     if event.type == "one-shot":
-        when = event.at if event.timezone is None else _at_of(event).isoformat(timespec="seconds")
-        return True, f"{name}: ok: {what}, at {when} (in {_span(due - now)}){notes_text}"
-    times: list[str] = []
-    while len(times) < 3 and (aware := _aware(event, due)) is not None:  # None: no more (an infinite due)
-        times.append(aware.isoformat(timespec="seconds"))
-        due = _next_fire_ts(event, due, sig[3] / 1e9)
-    last = "" if len(times) == 3 else " (its last)" if len(times) == 1 else " (the last)"
-    return True, f"{name}: ok: {what}, next {', '.join(times)}{last}{notes_text}"
+        return True, f"{name}: ok: {what}, at {_shown(due, zone, _own_clock(due, event, zone), soon)}{notes_text}"
+    said = [what, f"every {event.every}" if event.every is not None else f"{event.schedule} in {event.timezone}"]
+    if event.start is not None:
+        said.append(f"from {_bound('start', event.start, zone)}")
+    if event.until is not None:
+        said.append(f"until {_bound('until', event.until, zone)}")
+    if event.catch_up:
+        said.append("catches up one missed run (catchUp)")
+    mtime = sig[3] / 1e9
+    runs = list(itertools.islice(_runs(event, due, mtime), 4))  # a fourth: whether the third is the last
+    times = [_shown(when, zone, _own_clock(when, event, zone), soon if k == 0 else None,
+                    "the last" if k == len(runs) - 1 else None) for k, when in enumerate(runs[:3])]
+    last = ""
+    if len(runs) > 3 and event.until is not None:
+        when = _last_run(event, runs[2], mtime)
+        last = f"; last run {_shown(when, zone, _own_clock(when, event, zone))}"
+    return True, f"{name}: ok: {', '.join(said)}; next {', '.join(times)}{last}{notes_text}"
+
+
+def _runs(event: Event, due: float, mtime: float) -> Iterator[float]:
+    """A periodic event's runs from its next, ``due``, on (of a file written at ``mtime``)."""
+    while math.isfinite(due):
+        yield due
+        due = _next_fire_ts(event, due, mtime)
+
+
+def _last_run(event: Event, after: float, mtime: float) -> float:
+    """A periodic event's last run before its ``until``, given an instant
+    ``after`` that has a run after it.  A schedule is only walked forward: it
+    is looked for back from ``until``, a step twice as long each time, then
+    walked forward to the end."""
+    ends = _instant(event.until)
+    assert ends is not None
+    back = 1.0
+    while math.isinf(due := _next_fire_ts(event, max(ends - back, after), mtime)):
+        back *= 2
+    while math.isfinite(later := _next_fire_ts(event, due, mtime)):
+        due = later
+    return due
+
+
+def _shown(when: float, zone: tzinfo | None, *remarks: str | None) -> str:
+    """An instant as --check shows it: in the user's ``zone`` (None: the
+    host's), ISO 8601 to the second, and the ``remarks`` that are given."""
+    text = datetime.fromtimestamp(when, UTC).astimezone(zone).isoformat(timespec="seconds")
+    said = [remark for remark in remarks if remark]
+    return f"{text} ({', '.join(said)})" if said else text
+
+
+def _own_clock(when: float, event: Event, zone: tzinfo | None) -> str | None:
+    """What the event's own clock reads at ``when``, where the user's reads
+    otherwise: its ``timezone``'s wall time (an interval has no zone of its
+    own), or a one-shot's ``at`` as written."""
+    mine = datetime.fromtimestamp(when, UTC).astimezone(zone)
+    if event.timezone is not None and event.every is None:
+        own = datetime.fromtimestamp(when, _zone(event.timezone))
+        if _utc_offset(own) == _utc_offset(mine):
+            return None
+        day = "" if own.date() == mine.date() else f"{own.date()} "
+        return f"{day}{own.strftime('%H:%M:%S' if own.second else '%H:%M')} in {event.timezone}"
+    if event.type == "one-shot" and _utc_offset(_at_of(event)) != _utc_offset(mine):
+        return f"as written: {event.at}"
+    return None
+
+
+def _bound(key: str, text: str, zone: tzinfo | None) -> str:
+    """A periodic event's ``start`` or ``until`` in the user's ``zone``,
+    named, and as written where its offset is not the user's then."""
+    when = datetime.fromisoformat(text)
+    mine = when.astimezone(zone)
+    written = "" if _utc_offset(mine) == _utc_offset(when) else f", as written: {text}"
+    return f"{mine.isoformat(timespec='seconds')} ({key}{written})"
 
 
 def _unknown_fields(keys: list[str]) -> str:
@@ -4156,20 +4223,21 @@ def _unknown_fields(keys: list[str]) -> str:
     return f"unknown field{'s' if len(keys) > 1 else ''} {quoted}{more} {'are' if len(keys) > 1 else 'is'} ignored"
 
 
-def _check_rejected(path: str, name: str, now: float) -> str:
+def _check_rejected(path: str, name: str, now: float, zone: tzinfo | None) -> str:
     """A ``NAME.json.rejected`` file, judged again as ``NAME.json``."""
     original = name.removesuffix(".rejected")
-    ok, line = _check_line(path, original, now)
+    ok, line = _check_line(path, original, now, zone)
     verdict = line.removeprefix(original + ": ")
     if ok:
         return f"{name}: rejected, valid now ({verdict.removeprefix('ok: ')}): mv it back to {original}"
     return f"{name}: rejected: {verdict}; fix it, then mv it back to {original} (or rm it)"
 
 
-def _check(path: str, history: str | None = None) -> int:
+def _check(path: str, history: str | None = None, timezone: str | None = None) -> int:
     """--check: one line per event file and per rejected file of a directory,
     or for one file of any name (a draft); 0 when every one will run.  With a
-    history, each line also says the file's last outcome."""
+    history, each line also says the file's last outcome.  Times are shown
+    in the user's ``timezone`` (default: the host's, as --prompt assumes)."""
     in_directory = os.path.isdir(path)
     try:
         if in_directory:
@@ -4191,13 +4259,15 @@ def _check(path: str, history: str | None = None) -> int:
             last = _last_outcomes(history)
         except OSError as exc:
             log.warning("cannot read the history %s: %s", history, exc.strerror or exc)
+    zone_name = timezone or _host_timezone()
+    zone = None if zone_name is None else _zone(zone_name)
     now, bad = time.time(), 0
     for file, name in files:
         try:
             if in_directory and name.endswith(".rejected"):
-                ok, line = False, _check_rejected(file, name, now)
+                ok, line = False, _check_rejected(file, name, now, zone)
             else:
-                ok, line = _check_line(file, name, now)
+                ok, line = _check_line(file, name, now, zone)
         except Exception as exc:  # that file's alone
             ok, line = False, f"{name}: unexpected error while checking it: {type(exc).__name__}: {exc}"
         bad += not ok
@@ -4276,7 +4346,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                        help="print the Markdown section that teaches an agent to use DIR, and exit")
     parser.add_argument("--channel", metavar="ID", help="with --prompt: the channel ID used in the examples")
     parser.add_argument("--timezone", type=_timezone_name, metavar="TZ",
-                        help="with --prompt: the IANA timezone the agent should assume (default: the host's)")
+                        help="with --prompt: the IANA timezone the agent should assume; with --check: the one its "
+                             "times are shown in (default: the host's)")
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     noise.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
@@ -4284,8 +4355,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.exec_timeout is not None and args.command is None:
         parser.error("--exec-timeout needs --exec")
-    if (args.channel is not None or args.timezone is not None) and not args.prompt:
-        parser.error("--channel and --timezone go with --prompt")
+    if args.channel is not None and not args.prompt:
+        parser.error("--channel goes with --prompt")
+    if args.timezone is not None and not (args.prompt or args.check):
+        parser.error("--timezone goes with --prompt or --check")
     return args
 
 
@@ -4302,7 +4375,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel, history))
         return 0
     if args.check:
-        return _check(args.dir, args.history)
+        return _check(args.dir, args.history, args.timezone)
     return _serve(args)
 
 

@@ -1039,19 +1039,19 @@ class LanguageTest(unittest.TestCase):
         lines = {}
         for name, content in files.items():
             (d / name).write_text(json.dumps(content))
-            lines[name] = mom_events._check_line(str(d / name), name, now)
+            lines[name] = mom_events._check_line(str(d / name), name, now, VIENNA)
         self.assertEqual(lines["wall.json"], (True, "wall.json: ok: one-shot on channel C1, at "
                                                     "2027-03-28T03:00:00+02:00 (in 27 days 1 hour)"))
         self.assertTrue(lines["typo.json"][0])
         self.assertTrue(lines["typo.json"][1].endswith('; unknown field "untl" is ignored'))
         self.assertIn("runs on days matching either field", lines["either.json"][1])
         self.assertNotIn("either field", lines["typo.json"][1])
-        self.assertTrue(lines["every.json"][1].endswith("next " + ", ".join(
-            datetime.fromtimestamp(now + k * 5400).astimezone().isoformat(timespec="seconds")
-            for k in (1, 2)) + " (the last)"), lines["every.json"])
+        self.assertTrue(lines["every.json"][1].endswith(
+            "; next 2027-03-01T02:30:00+01:00 (in 1 hour 30 minutes), 2027-03-01T04:00:00+01:00 (the last)"),
+            lines["every.json"])
         (d / "once.json").write_text(json.dumps({**files["every.json"], "until": "2027-03-01T01:30:00Z"}))
-        self.assertTrue(mom_events._check_line(str(d / "once.json"), "once.json", now)[1].endswith(
-            datetime.fromtimestamp(now + 5400).astimezone().isoformat(timespec="seconds") + " (its last)"))
+        self.assertTrue(mom_events._check_line(str(d / "once.json"), "once.json", now, VIENNA)[1].endswith(
+            "; next 2027-03-01T02:30:00+01:00 (in 1 hour 30 minutes, the last)"))
 
     def test_an_interval_keeps_its_phase_across_a_restart_and_a_rewrite_starts_anew(self):
         h = Harness(self)
@@ -2908,8 +2908,11 @@ class CliTest(unittest.TestCase):
     def test_the_options_that_go_together_and_the_values_they_take(self):
         args = self.arguments("--prompt", "--timezone", "Asia/Tokyo", "--channel", "C1")
         self.assertEqual((args.timezone, args.channel), ("Asia/Tokyo", "C1"))
-        for alone in (("--channel", "C1"), ("--timezone", "UTC")):
-            self.assertEqual(self.arguments(*alone), "mom_events: error: --channel and --timezone go with --prompt")
+        for alone, error in ((("--channel", "C1"), "--channel goes with --prompt"),
+                             (("--check", "--channel", "C1"), "--channel goes with --prompt"),
+                             (("--timezone", "UTC"), "--timezone goes with --prompt or --check")):
+            self.assertEqual(self.arguments(*alone), f"mom_events: error: {error}")
+        self.assertEqual(self.arguments("--check", "--timezone", "Asia/Tokyo").timezone, "Asia/Tokyo")
         self.assertEqual((self.arguments("--grace", "0").grace, self.arguments("--misfire-grace", "0").misfire_grace),
                          (0.0, 0.0))
         self.assertEqual((self.arguments().grace, self.arguments().misfire_grace), (30.0, 0.0))  # the defaults
@@ -3520,10 +3523,10 @@ class CheckLineTest(unittest.TestCase):
         (self.dir / "odd.json").write_text(json.dumps(immediate()))
         real = mom_events._check_line
 
-        def odd(path, name, now):
+        def odd(path, name, *rest):
             if name == "odd.json":
                 raise ValueError("boom")
-            return real(path, name, now)
+            return real(path, name, *rest)
         with mock.patch.object(mom_events, "_check_line", odd):
             status, out, logs = self.check(self.dir, history=self.dir)  # a directory is no history
         self.assertEqual(status, 1)
@@ -3560,7 +3563,8 @@ class CheckLineTest(unittest.TestCase):
         path.write_text(json.dumps({"type": "periodic", "channelId": "C", "text": "x", "every": "1h"}))
         os.utime(path, (now - 5400, now - 5400))  # written an hour and a half ago (the ctime is now)
         ok, line = mom_events._check_line(str(path), "build.json", now)
-        times = [datetime.fromisoformat(t).timestamp() for t in line.split("next ")[1].split(", ")]
+        shown = re.findall(r"[\d-]+T[\d:]+[+-][\d:]+", line.split("next ")[1])
+        times = [datetime.fromisoformat(t).timestamp() for t in shown]
         self.assertEqual([round(t - now) for t in times], [1800, 5400, 9000], line)
 
     def test_unknown_fields_are_named_as_written(self):
@@ -3819,7 +3823,7 @@ class CheckTest(CliCase):
         os.mkfifo(self.events / "pipe.json")
         (self.events / "notes.txt").write_text("not an event")
         before = {p.name: p.stat().st_mtime_ns for p in self.events.iterdir()}
-        result = self.run_cli(self.events, "--check")
+        result = self.run_cli(self.events, "--check", "--timezone", "Europe/Vienna")
         self.assertEqual(result.returncode, 1)
         lines = result.stdout.splitlines()
         self.assertEqual([line.split(":")[0] for line in lines],
@@ -3836,7 +3840,9 @@ class CheckTest(CliCase):
         for _ in range(3):
             after = next_fire("0 9 * * *", "Europe/Vienna", after)
             times.append(after.isoformat(timespec="seconds"))
-        self.assertEqual(by_name["tick.json"], f"ok: periodic on channel C3, next {', '.join(times)}")
+        later = re.escape(", ".join(times[1:]))
+        self.assertRegex(by_name["tick.json"], r"^ok: periodic on channel C3, 0 9 \* \* \* in Europe/Vienna; next "
+                                               rf"{re.escape(times[0])} \(in [^)]+\), {later}$")
         self.assertRegex(times[0], r"T09:00:00\+0[12]:00$")
         self.assertTrue(by_name["bad.json"].startswith("invalid JSON"))
         self.assertIn("has no UTC offset", by_name["noz.json"])
@@ -3879,9 +3885,9 @@ class CheckTest(CliCase):
         draft = self.events / ".dentist.json.tmp"
         draft.write_text(json.dumps(one_shot("2999-01-01T09:00:00Z", "C2")))
         self.put("bad.json", "{")  # the rest of the directory does not matter
-        result = self.run_cli(draft, "--check")
+        result = self.run_cli(draft, "--check", "--timezone", "UTC")
         self.assertEqual((result.returncode, result.stdout.split(" (in ")[0]),
-                         (0, ".dentist.json.tmp: ok: one-shot on channel C2, at 2999-01-01T09:00:00Z"))
+                         (0, ".dentist.json.tmp: ok: one-shot on channel C2, at 2999-01-01T09:00:00+00:00"))
         draft.write_text(json.dumps(immediate("C2", text=" ")))
         result = self.run_cli(draft, "--check")
         self.assertEqual((result.returncode, result.stdout), (1, '.dentist.json.tmp: "text" is empty\n'))
@@ -3929,6 +3935,134 @@ class CheckReadableTest(CliCase):
         event = dataclasses.replace(parse_event(json.dumps(one_shot("2026-11-22T09:00:00Z")), "late.json"), late=14.7)
         self.assertIn("(late by 14 seconds) remind", event.message)
         self.assertIn("(late by 1 day 12 hours)", dataclasses.replace(event, late=129600).message)
+
+    NOW = datetime(2026, 11, 22, 9, 13, tzinfo=VIENNA).timestamp()  # a Sunday; 03:13 in New York
+    NEW_YORK = ZoneInfo("America/New_York")
+
+    def check(self, content, name="f.json", zone=NEW_YORK, now=NOW):
+        """--check's line on one file, for a user in ``zone``."""
+        put(self.events, name, content)
+        ok, line = mom_events._check_line(str(self.events / name), name, now, zone)
+        self.assertTrue(ok, line)
+        return line
+
+    def test_every_time_is_the_users_with_the_events_own_beside_it_where_it_differs(self):
+        vienna = {**periodic("0 9 * * 1-5", "C123ABC", "Check inbox and post summary", tz="Europe/Vienna"),
+                  "until": "2027-12-31T23:59:59+01:00", "catchUp": True}
+        self.assertEqual(self.check(vienna, "daily.json"),
+                         "daily.json: ok: periodic on channel C123ABC, 0 9 * * 1-5 in Europe/Vienna, "
+                         "until 2027-12-31T17:59:59-05:00 (until, as written: 2027-12-31T23:59:59+01:00), "
+                         "catches up one missed run (catchUp); "
+                         "next 2026-11-23T03:00:00-05:00 (09:00 in Europe/Vienna, in 23 hours 47 minutes), "
+                         "2026-11-24T03:00:00-05:00 (09:00 in Europe/Vienna), "
+                         "2026-11-25T03:00:00-05:00 (09:00 in Europe/Vienna); "
+                         "last run 2027-12-31T03:00:00-05:00 (09:00 in Europe/Vienna)")
+        self.assertEqual(self.check(periodic("30 8 * * *", tz="Asia/Tokyo")),  # another date there
+                         "f.json: ok: periodic on channel C1, 30 8 * * * in Asia/Tokyo; "
+                         "next 2026-11-22T18:30:00-05:00 (2026-11-23 08:30 in Asia/Tokyo, in 15 hours 17 minutes), "
+                         "2026-11-23T18:30:00-05:00 (2026-11-24 08:30 in Asia/Tokyo), "
+                         "2026-11-24T18:30:00-05:00 (2026-11-25 08:30 in Asia/Tokyo)")
+        self.assertEqual(self.check({**periodic("0 9 1 * 1", tz="America/New_York"), "botNote": "x"}),  # the user's
+                         "f.json: ok: periodic on channel C1, 0 9 1 * 1 in America/New_York; "
+                         "next 2026-11-23T09:00:00-05:00 (in 1 day 5 hours 47 minutes), 2026-11-30T09:00:00-05:00, "
+                         '2026-12-01T09:00:00-05:00; unknown field "botNote" is ignored; note: both day fields are '
+                         "restricted, so it runs on days matching either field (a + before the day-of-week asks for "
+                         "both)")
+        self.assertEqual(self.check(periodic("0 9 * * *", tz="America/Toronto")),  # another name, the same clock
+                         "f.json: ok: periodic on channel C1, 0 9 * * * in America/Toronto; "
+                         "next 2026-11-22T09:00:00-05:00 (in 5 hours 47 minutes), 2026-11-23T09:00:00-05:00, "
+                         "2026-11-24T09:00:00-05:00")
+        self.assertEqual(self.check(periodic("30 0 9 * * *", tz="Europe/Vienna")),  # seconds shown where there are
+                         "f.json: ok: periodic on channel C1, 30 0 9 * * * in Europe/Vienna; "
+                         "next 2026-11-23T03:00:30-05:00 (09:00:30 in Europe/Vienna, "
+                         "in 23 hours 47 minutes 30 seconds), "
+                         "2026-11-24T03:00:30-05:00 (09:00:30 in Europe/Vienna), "
+                         "2026-11-25T03:00:30-05:00 (09:00:30 in Europe/Vienna)")
+
+    def test_a_one_shot_shows_its_at_as_written_where_its_offset_is_not_the_users(self):
+        self.assertEqual(self.check(one_shot("2026-12-15T09:00:00+01:00", text="Remind Mario"), "dentist.json"),
+                         "dentist.json: ok: one-shot on channel C1, at 2026-12-15T03:00:00-05:00 "
+                         "(as written: 2026-12-15T09:00:00+01:00, in 22 days 23 hours 47 minutes)")
+        self.assertEqual(self.check(one_shot("2026-11-22T17:00:00-05:00")),
+                         "f.json: ok: one-shot on channel C1, at 2026-11-22T17:00:00-05:00 (in 13 hours 47 minutes)")
+        a_year_before = datetime(2025, 11, 22, 9, 13, tzinfo=VIENNA).timestamp()
+        self.assertEqual(self.check(one_shot("2026-07-01T09:00:00-04:00"), now=a_year_before),  # summer time
+                         "f.json: ok: one-shot on channel C1, at 2026-07-01T09:00:00-04:00 (in 221 days 4 hours "
+                         "47 minutes)")
+        self.assertEqual(self.check({**one_shot("2026-11-23T09:00:00"), "timezone": "Europe/Vienna"}),
+                         "f.json: ok: one-shot on channel C1, at 2026-11-23T03:00:00-05:00 "
+                         "(09:00 in Europe/Vienna, in 23 hours 47 minutes)")
+        self.assertEqual(self.check({**one_shot("2026-11-23T09:00:00"), "timezone": "America/New_York"}),
+                         "f.json: ok: one-shot on channel C1, at 2026-11-23T09:00:00-05:00 "
+                         "(in 1 day 5 hours 47 minutes)")
+
+    def test_an_interval_shows_its_start_and_until_and_the_last_run_in_words(self):
+        every = {"type": "periodic", "channelId": "C1", "text": "build", "every": "90m"}
+        self.assertEqual(self.check({**every, "start": "2026-11-22T08:00:00Z"}),
+                         "f.json: ok: periodic on channel C1, every 90m, "
+                         "from 2026-11-22T03:00:00-05:00 (start, as written: 2026-11-22T08:00:00Z); "
+                         "next 2026-11-22T04:30:00-05:00 (in 1 hour 17 minutes), 2026-11-22T06:00:00-05:00, "
+                         "2026-11-22T07:30:00-05:00")
+        self.assertEqual(self.check({**every, "every": "1h", "start": "2026-11-22T03:00:00-05:00",
+                                     "until": "2026-11-22T05:00:00-05:00"}),  # a run at until runs
+                         "f.json: ok: periodic on channel C1, every 1h, from 2026-11-22T03:00:00-05:00 (start), "
+                         "until 2026-11-22T05:00:00-05:00 (until); "
+                         "next 2026-11-22T04:00:00-05:00 (in 47 minutes), 2026-11-22T05:00:00-05:00 (the last)")
+        self.assertEqual(self.check({**every, "every": "1h", "start": "2026-11-22T03:00:00-05:00",
+                                     "until": "2026-11-22T06:59:59-05:00"}),
+                         "f.json: ok: periodic on channel C1, every 1h, from 2026-11-22T03:00:00-05:00 (start), "
+                         "until 2026-11-22T06:59:59-05:00 (until); "
+                         "next 2026-11-22T04:00:00-05:00 (in 47 minutes), 2026-11-22T05:00:00-05:00, "
+                         "2026-11-22T06:00:00-05:00 (the last)")
+        self.assertEqual(self.check({**every, "every": "1h", "start": "2026-11-22T03:00:00-05:00",
+                                     "until": "2026-11-22T07:00:00-05:00"}),
+                         "f.json: ok: periodic on channel C1, every 1h, from 2026-11-22T03:00:00-05:00 (start), "
+                         "until 2026-11-22T07:00:00-05:00 (until); "
+                         "next 2026-11-22T04:00:00-05:00 (in 47 minutes), 2026-11-22T05:00:00-05:00, "
+                         "2026-11-22T06:00:00-05:00; last run 2026-11-22T07:00:00-05:00")
+
+    def test_the_last_run_before_until_is_the_last_of_its_runs_walked_one_by_one(self):
+        rng = random.Random(3)
+        zones = ["UTC", "Europe/Vienna", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"]
+        checked = 0
+        while checked < 100:
+            until = self.NOW + rng.uniform(3600, rng.choice([2, 40]) * 86400)
+            if rng.random() < 0.3:
+                content = {"type": "periodic", "channelId": "C1", "text": "t", "every": rng.choice(["7m", "1h", "25h"])}
+            else:
+                content = periodic(_random_schedule(rng), tz=rng.choice(zones))
+            content["until"] = datetime.fromtimestamp(until, UTC).isoformat(timespec="seconds")
+            if rng.random() < 0.5:
+                content["start"] = datetime.fromtimestamp(self.NOW + rng.uniform(-86400, 5 * 86400), UTC).isoformat()
+            put(self.events, "f.json", content)
+            ok, line = mom_events._check_line(str(self.events / "f.json"), "f.json", self.NOW, self.NEW_YORK)
+            if not ok:  # no run before until
+                continue
+            event = parse_event(json.dumps(content), "f.json")
+            runs, due, mtime = [], self.NOW, (self.events / "f.json").stat().st_mtime_ns / 1e9
+            while len(runs) < 1000 and math.isfinite(due := mom_events._next_fire_ts(event, due, mtime)):
+                runs.append(due)
+            if len(runs) == 1000:  # too many to walk
+                continue
+            shown = re.findall(r"\d{4}-\d\d-\d\dT[\d:]{8}-0[45]:00(?= |,|;|$)", line.split("; next ")[1])
+            expected = [math.floor(due) for due in runs[:3] + (runs[-1:] if len(runs) > 3 else [])]  # to the second
+            self.assertEqual([datetime.fromisoformat(t).timestamp() for t in shown], expected, line)
+            self.assertEqual(line.count("the last)"), len(runs) <= 3, line)
+            checked += 1
+
+    def test_the_user_zone_is_timezone_else_the_hosts(self):
+        self.put("dentist.json", one_shot("2999-12-15T09:00:00+01:00"))
+        env = dict(os.environ, TZ="America/New_York")
+        for args, at in ((("--check",), "2999-12-15T03:00:00-05:00"),
+                         (("--check", "--timezone", "Asia/Tokyo"), "2999-12-15T17:00:00+09:00"),
+                         (("--timezone", "Europe/Vienna", "--check"), "2999-12-15T09:00:00+01:00 (in ")):
+            with self.subTest(args=args):
+                result = self.run_cli(self.events, *args, env=env)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertTrue(result.stdout.startswith(f"dentist.json: ok: one-shot on channel C1, at {at}"),
+                                result.stdout)
+        self.assertIn("--timezone goes with --prompt or --check", self.run_cli(self.events, "--timezone", "UTC").stderr)
+        self.assertIn("--channel goes with --prompt", self.run_cli(self.events, "--check", "--channel", "C1").stderr)
 
 
 class RejectedTest(CliCase):
@@ -4924,7 +5058,8 @@ class OneLineOutputTest(unittest.TestCase):
                                                      r"property name enclosed in double quotes (line 1 column 2); "
                                                      r"fix it, then mv it back to bad\nFORGED.json (or rm it)",
                                                      result.stdout.split("\n")[1], ""])
-        self.assertRegex(result.stdout.split("\n")[1], r"^c\\rd\.json: ok: periodic on channel C\\u200bX, next ")
+        self.assertRegex(result.stdout.split("\n")[1],
+                         r"^c\\rd\.json: ok: periodic on channel C\\u200bX, \* \* \* \* \* in UTC; next ")
 
 
 class ForgedTagTest(unittest.TestCase):
@@ -5559,7 +5694,7 @@ class HistoryTest(unittest.TestCase):
         result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--check",
                                  "--history", str(path)], capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 1, result.stderr)
-        self.assertRegex(result.stdout, r"tick\.json: ok: periodic on channel C1, next .*; last: \w+ at 20")
+        self.assertRegex(result.stdout, r"tick\.json: ok: periodic on channel C1, .*; next .*; last: \w+ at 20")
         self.assertRegex(result.stdout, r'bad\.json\.rejected: rejected: "text" is empty; .*; '
                                         r'last: invalid at 20\S+ \("text" is empty\)')
         prompt = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--prompt",
