@@ -4103,12 +4103,17 @@ def _report(event: Event, exc: BaseException) -> None:
 # -- --check: lint the directory ---------------------------------------------
 
 
-def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None) -> tuple[bool, str]:
+_Agenda: TypeAlias = list[tuple[Iterator[float], str]]  # --check --next: each file's runs, and what it is
+
+
+def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None,
+                agenda: _Agenda | None = None) -> tuple[bool, str]:
     """The verdict on one file, judged as an event named ``name`` that a
     running harness sees now would be: whether it will run, and a line saying
     when or what is wrong, with notes on what it may not mean.  Its times are
     the user's, in ``zone`` (None: the host's), so they can be read back to
-    the user as they are."""
+    the user as they are.  A file that will run at a time adds its runs to
+    ``agenda``, if given."""
     try:
         data, sig = _read_file(path)
         event, ignored = _parse(data, name)
@@ -4135,14 +4140,23 @@ def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None) ->
     if event.type == "immediate":
         return True, f"{name}: ok: {what}, runs on arrival{notes_text}"
     # the judge's contract: a late run says by how much, a schedule says when
+    due, mtime = now if verdict.action == "run" else verdict.due, sig[3] / 1e9
+    assert due is not None
     if verdict.action == "run":
         assert verdict.late is not None
-        return True, f"{name}: ok: {what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}{notes_text}"
-    due = verdict.due
-    assert due is not None
-    soon = f"in {_span(round(due - now))}"
-    if event.type == "one-shot":
-        return True, f"{name}: ok: {what}, at {_shown(due, zone, _own_clock(due, event, zone), soon)}{notes_text}"
+        said = f"{what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}"
+    elif event.type == "one-shot":
+        said = f"{what}, at {_shown(due, zone, _own_clock(due, event, zone), f'in {_span(round(due - now))}')}"
+    else:
+        said = _periodic_line(what, event, due, now, mtime, zone)
+    if agenda is not None:
+        agenda.append((_runs(event, due, mtime), f"{name}, {what}: {_clip(event.text, 60)}"))
+    return True, f"{name}: ok: {said}{notes_text}"
+
+
+def _periodic_line(what: str, event: Event, due: float, now: float, mtime: float, zone: tzinfo | None) -> str:
+    """What --check says of a periodic event whose next run is ``due``: its
+    schedule, its flags in words, its next three runs and its last."""
     said = [what, f"every {event.every}" if event.every is not None else f"{event.schedule} in {event.timezone}"]
     if event.start is not None:
         said.append(f"from {_bound('start', event.start, zone)}")
@@ -4150,22 +4164,22 @@ def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None) ->
         said.append(f"until {_bound('until', event.until, zone)}")
     if event.catch_up:
         said.append("catches up one missed run (catchUp)")
-    mtime = sig[3] / 1e9
     runs = list(itertools.islice(_runs(event, due, mtime), 4))  # a fourth: whether the third is the last
-    times = [_shown(when, zone, _own_clock(when, event, zone), soon if k == 0 else None,
+    times = [_shown(when, zone, _own_clock(when, event, zone), f"in {_span(round(due - now))}" if k == 0 else None,
                     "the last" if k == len(runs) - 1 else None) for k, when in enumerate(runs[:3])]
     last = ""
     if len(runs) > 3 and event.until is not None:
         when = _last_run(event, runs[2], mtime)
         last = f"; last run {_shown(when, zone, _own_clock(when, event, zone))}"
-    return True, f"{name}: ok: {', '.join(said)}; next {', '.join(times)}{last}{notes_text}"
+    return f"{', '.join(said)}; next {', '.join(times)}{last}"
 
 
 def _runs(event: Event, due: float, mtime: float) -> Iterator[float]:
-    """A periodic event's runs from its next, ``due``, on (of a file written at ``mtime``)."""
+    """An event's runs from its next, ``due``, on: a one-shot's one, a
+    periodic event's every one (of its file written at ``mtime``)."""
     while math.isfinite(due):
         yield due
-        due = _next_fire_ts(event, due, mtime)
+        due = math.inf if event.type == "one-shot" else _next_fire_ts(event, due, mtime)
 
 
 def _last_run(event: Event, after: float, mtime: float) -> float:
@@ -4223,6 +4237,28 @@ def _unknown_fields(keys: list[str]) -> str:
     return f"unknown field{'s' if len(keys) > 1 else ''} {quoted}{more} {'are' if len(keys) > 1 else 'is'} ignored"
 
 
+def _agenda(agenda: _Agenda, upcoming: int | timedelta, now: float, zone: tzinfo | None) -> list[str]:
+    """--check --next: the runs of every file that will run, merged in time
+    order: the next ``upcoming`` of them, or those within that span, under a
+    head line.  Each file's runs are walked only as far as they are shown."""
+    merged = heapq.merge(*(zip(runs, itertools.repeat(label)) for runs, label in agenda))
+    if isinstance(upcoming, timedelta):
+        end, span = now + upcoming.total_seconds(), _span(upcoming.total_seconds())
+        shown = list(itertools.takewhile(lambda run: run[0] <= end, merged))
+        head = f"runs in the next {span}:" if shown else f"no runs in the next {span}"
+    else:
+        shown = list(itertools.islice(merged, min(upcoming, sys.maxsize)))
+        count = len(shown)
+        if count == upcoming:
+            head = f"next {count} run{'s' if count > 1 else ''}:"
+        elif shown:
+            head = f"only {count} run{'s are' if count > 1 else ' is'} left:"
+        else:
+            head = "no runs are left"
+    return [head] + [f"{_shown(due, zone, 'now' if due <= now else f'in {_span(round(due - now))}')} {label}"
+                     for due, label in shown]
+
+
 def _check_rejected(path: str, name: str, now: float, zone: tzinfo | None) -> str:
     """A ``NAME.json.rejected`` file, judged again as ``NAME.json``."""
     original = name.removesuffix(".rejected")
@@ -4233,11 +4269,13 @@ def _check_rejected(path: str, name: str, now: float, zone: tzinfo | None) -> st
     return f"{name}: rejected: {verdict}; fix it, then mv it back to {original} (or rm it)"
 
 
-def _check(path: str, history: str | None = None, timezone: str | None = None) -> int:
+def _check(path: str, history: str | None = None, timezone: str | None = None,
+           upcoming: int | timedelta | None = None) -> int:
     """--check: one line per event file and per rejected file of a directory,
     or for one file of any name (a draft); 0 when every one will run.  With a
     history, each line also says the file's last outcome.  Times are shown
-    in the user's ``timezone`` (default: the host's, as --prompt assumes)."""
+    in the user's ``timezone`` (default: the host's, as --prompt assumes).
+    With ``upcoming`` (--next), an agenda follows: what runs, in time order."""
     in_directory = os.path.isdir(path)
     try:
         if in_directory:
@@ -4262,12 +4300,13 @@ def _check(path: str, history: str | None = None, timezone: str | None = None) -
     zone_name = timezone or _host_timezone()
     zone = None if zone_name is None else _zone(zone_name)
     now, bad = time.time(), 0
+    agenda: _Agenda | None = None if upcoming is None else []
     for file, name in files:
         try:
             if in_directory and name.endswith(".rejected"):
                 ok, line = False, _check_rejected(file, name, now, zone)
             else:
-                ok, line = _check_line(file, name, now, zone)
+                ok, line = _check_line(file, name, now, zone, agenda)
         except Exception as exc:  # that file's alone
             ok, line = False, f"{name}: unexpected error while checking it: {type(exc).__name__}: {exc}"
         bad += not ok
@@ -4277,6 +4316,8 @@ def _check(path: str, history: str | None = None, timezone: str | None = None) -
             if entry.get("detail"):
                 line += f" ({entry['detail']})"
         sys.stdout.write(_one_line(line) + "\n")
+    if agenda is not None and upcoming is not None:
+        sys.stdout.writelines(_one_line(line) + "\n" for line in _agenda(agenda, upcoming, now, zone))
     sys.stdout.flush()
     log.info("checked %s: %d will run, %d will not", path, len(files) - bad, bad)
     return 1 if bad else 0
@@ -4294,6 +4335,17 @@ def _seconds(text: str, zero_ok: bool = False) -> float:
         raise argparse.ArgumentTypeError(f"must be a {'non-negative' if zero_ok else 'positive'} "
                                          f"number of seconds: {text!r}")
     return value
+
+
+def _upcoming(text: str) -> int | timedelta:
+    """--next: a whole count of runs, or a span as ``every`` reads one (7d, 36h)."""
+    if text.isascii() and text.isdigit() and int(text) > 0:
+        return int(text)
+    try:
+        return timedelta(seconds=_interval(text))
+    except EventError:
+        raise argparse.ArgumentTypeError(f"not a count of runs (1 or more) nor a span such as 7d or 36h: "
+                                         f"{_clip(text)!r}") from None
 
 
 def _timezone_name(text: str) -> str:
@@ -4344,6 +4396,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                             "nothing and works beside a running harness")
     modes.add_argument("--prompt", action="store_true",
                        help="print the Markdown section that teaches an agent to use DIR, and exit")
+    parser.add_argument("--next", type=_upcoming, metavar="N|SPAN", dest="upcoming",
+                        help="with --check: then list the next N runs of all files in time order, or those within "
+                             "SPAN (7d, 36h: as \"every\" reads it)")
     parser.add_argument("--channel", metavar="ID", help="with --prompt: the channel ID used in the examples")
     parser.add_argument("--timezone", type=_timezone_name, metavar="TZ",
                         help="with --prompt: the IANA timezone the agent should assume; with --check: the one its "
@@ -4355,6 +4410,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.exec_timeout is not None and args.command is None:
         parser.error("--exec-timeout needs --exec")
+    if args.upcoming is not None and not args.check:
+        parser.error("--next goes with --check")
     if args.channel is not None and not args.prompt:
         parser.error("--channel goes with --prompt")
     if args.timezone is not None and not (args.prompt or args.check):
@@ -4375,7 +4432,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel, history))
         return 0
     if args.check:
-        return _check(args.dir, args.history, args.timezone)
+        return _check(args.dir, args.history, args.timezone, args.upcoming)
     return _serve(args)
 
 

@@ -4064,6 +4064,136 @@ class CheckReadableTest(CliCase):
         self.assertIn("--timezone goes with --prompt or --check", self.run_cli(self.events, "--timezone", "UTC").stderr)
         self.assertIn("--channel goes with --prompt", self.run_cli(self.events, "--check", "--channel", "C1").stderr)
 
+    def agenda(self, *args, now=NOW, zone="America/New_York"):
+        """--check's stdout from the agenda's head on, in-process at ``now``."""
+        out = io.StringIO()
+        with mock.patch.object(mom_events.time, "time", return_value=now), contextlib.redirect_stdout(out), \
+                self.assertLogs("mom_events", "INFO"):
+            mom_events._check(str(self.events), None, zone, *args)
+        lines = out.getvalue().splitlines()
+        heads = [k for k, line in enumerate(lines) if re.match(r"(next|only|no runs|runs in)\b", line)]
+        self.assertEqual(len(heads), 1, lines)
+        return lines[heads[0]:]
+
+    def test_the_agenda_is_the_next_runs_of_every_file_that_will_run_in_time_order(self):
+        self.put("daily.json", periodic("0 9 * * 1-5", "C123ABC", "Check inbox and post summary", "Europe/Vienna"))
+        self.put("call.json", {**one_shot("2026-11-23T08:00:00-05:00", "C2", "Call the plumber\nabout the sink, "
+                                          "the one in the kitchen that has leaked since May")})
+        self.put("hook.json", immediate())  # runs on arrival: not in the agenda
+        self.put("old.json", one_shot("2026-11-01T09:00:00Z"))  # written after its time: will not run
+        late = self.events / ".late.json"
+        late.write_text(json.dumps(one_shot(self.NOW - 180, "C3", "late")))
+        os.utime(late, (self.NOW - 600, self.NOW - 600))  # written before its time: runs at once, late
+        late.rename(self.events / "late.json")
+        (self.events / "valid.json.rejected").write_text(json.dumps(one_shot("2026-11-22T05:00:00-05:00")))
+        self.assertEqual(self.agenda(4), [
+            "next 4 runs:",
+            "2026-11-22T03:13:00-05:00 (now) late.json, one-shot on channel C3: late",
+            "2026-11-23T03:00:00-05:00 (in 23 hours 47 minutes) daily.json, periodic on channel C123ABC: "
+            "Check inbox and post summary",
+            "2026-11-23T08:00:00-05:00 (in 1 day 4 hours 47 minutes) call.json, one-shot on channel C2: "
+            r"Call the plumber\nabout the sink, the one in the kitchen that…",
+            "2026-11-24T03:00:00-05:00 (in 1 day 23 hours 47 minutes) daily.json, periodic on channel C123ABC: "
+            "Check inbox and post summary"])
+        self.assertEqual(self.agenda(timedelta(hours=24)), [
+            "runs in the next 1 day:",
+            "2026-11-22T03:13:00-05:00 (now) late.json, one-shot on channel C3: late",
+            "2026-11-23T03:00:00-05:00 (in 23 hours 47 minutes) daily.json, periodic on channel C123ABC: "
+            "Check inbox and post summary"])
+        (self.events / "late.json").unlink()
+        self.assertEqual(self.agenda(timedelta(minutes=1)), ["no runs in the next 1 minute"])
+        (self.events / "daily.json").unlink()
+        self.assertEqual(self.agenda(3)[0], "only 1 run is left:")
+        (self.events / "call.json").unlink()
+        self.assertEqual(self.agenda(3), ["no runs are left"])
+
+    @staticmethod
+    def own_runs(content, mtime, now):
+        """A periodic file's runs after ``now``: an interval's by its arithmetic, a schedule's one by one."""
+        ends = datetime.fromisoformat(content["until"]).timestamp() if "until" in content else math.inf
+        if "every" in content:
+            step = mom_events._interval(content["every"])
+            due = datetime.fromisoformat(content["start"]).timestamp() if "start" in content else mtime + step
+            while due <= now:
+                due += step
+        else:
+            event = parse_event(json.dumps(content), "f.json")
+            due = mom_events._next_fire_ts(event, now, mtime)
+        while math.isfinite(due) and due <= ends:
+            yield due
+            due = due + step if "every" in content else mom_events._next_fire_ts(event, due, mtime)
+
+    def test_the_agenda_is_a_merge_of_each_files_own_runs(self):
+        """Against a plain model: each file's runs by brute force (an interval's by its arithmetic),
+        sorted together, cut at the count or the span."""
+        rng = random.Random(31)
+        schedules = ["0 9 * * 1-5", "*/30 9-17 * * 1-5", "30 8 * * *", "0 0 1 * *", "0 17 * * 5", "0 */6 * * *",
+                     "0 9 1 * 1", "0 0 0 1 1 * 2026"]
+        zones = ["UTC", "Europe/Vienna", "America/New_York", "Asia/Tokyo", "Australia/Lord_Howe"]
+        now, most, within = self.NOW, 15, self.NOW + 7 * 86400  # what any agenda drawn here can show
+        for _ in range(40):
+            for path in self.events.iterdir():
+                path.unlink()
+            expected = []
+            for i in range(rng.randint(0, 10)):
+                name, kind = f"f{i}.json", rng.choice(["cron", "every", "one-shot", "late", "immediate"])
+                mtime, runs = now - rng.uniform(1, 86400), []
+                if kind in ("cron", "every"):
+                    if kind == "cron":
+                        content = periodic(rng.choice(schedules), tz=rng.choice(zones))
+                    else:
+                        content = {"type": "periodic", "channelId": "C", "text": "t",
+                                   "every": rng.choice(["7m", "90m", "1d", "36h", "1h30m"])}
+                    begins, ends = now + rng.uniform(-86400, 2 * 86400), now + rng.uniform(1, 40 * 86400)
+                    if rng.random() < 0.5:
+                        content["start"] = datetime.fromtimestamp(begins, UTC).isoformat()
+                    if rng.random() < 0.5 and ends > begins:
+                        content["until"] = datetime.fromtimestamp(ends, UTC).isoformat()
+                    for k, due in enumerate(self.own_runs(content, mtime, now)):
+                        if k >= most and due > within:
+                            break
+                        runs.append(due)
+                elif kind in ("one-shot", "late"):
+                    due = now - rng.uniform(1, 3600) if kind == "late" else now + rng.uniform(-3 * 86400, 9 * 86400)
+                    content = one_shot(due)
+                    mtime = due - 5 if kind == "late" or due > now else due + 5  # written after its time: rejected
+                    runs = [max(due, now)] if mtime < due else []
+                else:
+                    content = immediate()
+                path = self.events / name
+                path.write_text(json.dumps(content))
+                os.utime(path, (mtime, mtime))
+                expected += [(due, name) for due in runs]
+            expected.sort()
+            upcoming = rng.choice([rng.randint(1, most), timedelta(seconds=mom_events._interval(
+                rng.choice(["1h", "90m", "36h", "7d"])))])
+            if isinstance(upcoming, timedelta):
+                expected = [(due, name) for due, name in expected if due <= now + upcoming.total_seconds()]
+            else:
+                expected = expected[:upcoming]
+            lines = self.agenda(upcoming)
+            shown = [(datetime.fromisoformat(line.split()[0]).timestamp(), line.split(") ", 1)[1].split(",")[0])
+                     for line in lines[1:]]
+            self.assertEqual(shown, [(math.floor(due), name) for due, name in expected], lines)
+            for line, (due, _) in zip(lines[1:], expected, strict=True):
+                self.assertIn("(now) " if due <= now else f" (in {mom_events._span(round(due - now))}) ", line)
+
+    def test_next_takes_a_count_or_a_span_and_goes_with_check(self):
+        self.put("tick.json", periodic("0 9 * * *", tz="America/New_York"))
+        for args, head in ((("--next", "2"), "next 2 runs:"), (("--next", "36h"), "runs in the next 1 day 12 hours:"),
+                           (("--next", "1"), "next 1 run:")):
+            with self.subTest(args=args):
+                result = self.run_cli(self.events, "--check", "--timezone", "America/New_York", *args)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                lines = result.stdout.splitlines()
+                self.assertTrue(lines[0].startswith("tick.json: ok: "), lines)
+                self.assertEqual(lines[1], head)
+                self.assertRegex(lines[2], r"^\S+T09:00:00-0[45]:00 \(in [^)]+\) tick\.json, periodic on channel C1: "
+                                           r"tick$")
+        for bad in ("0", "-1", "1w", "7d12", "²", ""):
+            self.assertIn("--next: ", self.run_cli(self.events, "--check", "--next", bad).stderr)
+        self.assertIn("--next goes with --check", self.run_cli(self.events, "--next", "3").stderr)
+
 
 class RejectedTest(CliCase):
     """Issue 12: what the agent wrote is never lost, and it learns why on its channel."""
