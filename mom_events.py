@@ -328,7 +328,8 @@ def _written_at(event: Event) -> str:
 
 
 # The fields each type reads.  Any other is ignored (bots add their own),
-# and said so; one of another type's fields is an error.
+# and said so, unless it is one of these misspelt; one of another type's
+# fields is an error.
 _FIELDS = {
     "immediate": ("type", "channelId", "text"),
     "one-shot": ("type", "channelId", "text", "at", "timezone"),
@@ -350,6 +351,13 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
     obj = _decode_json(data, filename)
     if not isinstance(obj, dict):
         raise EventError(filename, f"expected a JSON object, not {_json_type(obj)}")
+    for key in obj:
+        if key not in _ALL_FIELDS and (meant := _resembled(key)) is not None:
+            owners = " and ".join(t for t in TYPES if meant in _FIELDS[t])
+            whose = "" if obj.get("type") not in TYPES or meant in _FIELDS[obj["type"]] else \
+                f' ("{meant}" is for {owners} events)'
+            raise EventError(filename, f"unknown field {json.dumps(_clip(key), ensure_ascii=False)}: "
+                                       f'did you mean "{meant}"?{whose}')
     if "type" not in obj:
         raise EventError(filename, 'missing field "type"')
     kind = obj["type"]
@@ -380,6 +388,45 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
         return _periodic(obj, filename, channel_id, text, zone), ignored
     except _CronError as exc:
         raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
+
+
+def _resembled(key: str) -> str | None:
+    """The known field that an unknown ``key`` is a near miss of, if any: the
+    same but for case, ``_`` and ``-`` (``catchup``, ``channel_id``), or one
+    edit away from a field of 5 to 7 letters (``untill``), two from a longer
+    one (``scheduel``, ``channel``).  Further off, it is a bot's own key: a
+    field that short, or a second edit, would catch a bot's ``state``."""
+    typed = key.lower().replace("_", "").replace("-", "")
+    nearest: tuple[int, str] | None = None
+    for name in sorted(_ALL_FIELDS):
+        known = name.lower()
+        allowed = 0 if len(known) < 5 else 1 if len(known) < 8 else 2
+        if abs(len(typed) - len(known)) > allowed or len(set(typed) - set(known)) > allowed:
+            continue  # quickly: each edit adds at most one character, and one letter the known key lacks
+        if (edits := _edits(typed, known)) <= allowed:
+            nearest = min(nearest or (edits, name), (edits, name))
+    return None if nearest is None else nearest[1]
+
+
+def _edits(a: str, b: str) -> int:
+    """The Damerau-Levenshtein distance of ``a`` and ``b``: the fewest
+    insertions, deletions, substitutions and swaps of adjacent characters
+    that make one the other (Lowrance and Wagner's algorithm)."""
+    far = len(a) + len(b)
+    rows: list[list[int]] = [[far] * (len(b) + 2), [far, *range(len(b) + 1)]]
+    rows += [[far, i] + [0] * len(b) for i in range(1, len(a) + 1)]
+    last_row: dict[str, int] = {}  # where each character of a was last seen
+    for i in range(1, len(a) + 1):
+        last_column = 0  # where b last matched a[i - 1]
+        for j in range(1, len(b) + 1):
+            k, m = last_row.get(b[j - 1], 0), last_column
+            cost = int(a[i - 1] != b[j - 1])
+            if not cost:
+                last_column = j
+            rows[i + 1][j + 1] = min(rows[i][j] + cost, rows[i + 1][j] + 1, rows[i][j + 1] + 1,
+                                     rows[k][m] + (i - k - 1) + 1 + (j - m - 1))
+        last_row[a[i - 1]] = i
+    return rows[len(a) + 1][len(b) + 1]
 
 
 def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str, zone: str | None) -> Event:

@@ -998,9 +998,9 @@ class LanguageTest(unittest.TestCase):
             with self.subTest(reason=reason), self.assertRaises(EventError) as caught:
                 parse_event(json.dumps(content), "x.json")
             self.assertIn(reason, str(caught.exception))
-        event, ignored = mom_events._parse(json.dumps({**periodic(), "untl": "x", "botNote": 1}), "x.json")
-        self.assertEqual(ignored, ["untl", "botNote"])
-        self.assertEqual(mom_events._unknown_fields(["untl"]), 'unknown field "untl" is ignored')
+        event, ignored = mom_events._parse(json.dumps({**periodic(), "endsAt": "x", "botNote": 1}), "x.json")
+        self.assertEqual(ignored, ["endsAt", "botNote"])
+        self.assertEqual(mom_events._unknown_fields(["endsAt"]), 'unknown field "endsAt" is ignored')
         self.assertEqual(mom_events._unknown_fields(["a", "b"]), 'unknown fields "a", "b" are ignored')
         five = [f"k{i}" for i in range(5)]
         self.assertEqual(mom_events._unknown_fields(five), 'unknown fields "k0", "k1", "k2", "k3", "k4" are ignored')
@@ -1031,7 +1031,7 @@ class LanguageTest(unittest.TestCase):
         now = utc(2027, 3, 1).timestamp()
         files = {
             "wall.json": {**one_shot("2027-03-28T02:30:00"), "timezone": "Europe/Vienna"},
-            "typo.json": {**periodic("0 9 * * 1", tz="Europe/Vienna"), "untl": "2027-12-31T23:59:59+01:00"},
+            "typo.json": {**periodic("0 9 * * 1", tz="Europe/Vienna"), "endsAt": "2027-12-31T23:59:59+01:00"},
             "either.json": periodic("0 17 22-31 * 5", tz="Europe/Vienna"),
             "every.json": {"type": "periodic", "channelId": "C", "text": "t", "every": "90m",
                            "start": "2027-03-01T00:00:00Z", "until": "2027-03-01T03:00:00Z"},
@@ -1043,7 +1043,7 @@ class LanguageTest(unittest.TestCase):
         self.assertEqual(lines["wall.json"], (True, "wall.json: ok: one-shot on channel C1, at "
                                                     "2027-03-28T03:00:00+02:00 (in 27 days 1 hour)"))
         self.assertTrue(lines["typo.json"][0])
-        self.assertTrue(lines["typo.json"][1].endswith('; unknown field "untl" is ignored'))
+        self.assertTrue(lines["typo.json"][1].endswith('; unknown field "endsAt" is ignored'))
         self.assertIn("runs on days matching either field", lines["either.json"][1])
         self.assertNotIn("either field", lines["typo.json"][1])
         self.assertTrue(lines["every.json"][1].endswith(
@@ -1173,20 +1173,171 @@ class LanguageTest(unittest.TestCase):
     def test_unknown_fields_are_logged_once_per_file(self):
         h = Harness(self)
         h.start()
-        h.write("a.json", {**periodic(), "untl": "soon"})
+        h.write("a.json", {**periodic(), "endsAt": "soon"})
         with self.assertLogs("mom_events", "INFO") as logs:
             h.tick(h.now + 0.1)
-            h.write("a.json", {**periodic(text="again"), "untl": "soon"})
+            h.write("a.json", {**periodic(text="again"), "endsAt": "soon"})
             h.tick(h.now + 0.3)
         self.assertEqual([line for line in logs.output if "unknown" in line],
-                         ['INFO:mom_events:a.json: unknown field "untl" is ignored'])
+                         ['INFO:mom_events:a.json: unknown field "endsAt" is ignored'])
         h.write("a.json", periodic(text="fixed"))
         h.tick(h.now + 0.3)
         with self.assertLogs("mom_events", "INFO") as logs:  # the set changed (to none), so it is said again
-            h.write("a.json", {**periodic(text="typo again"), "untl": "soon"})
+            h.write("a.json", {**periodic(text="bot key again"), "endsAt": "soon"})
             h.tick(h.now + 0.3)
         self.assertEqual([line for line in logs.output if "unknown" in line],
-                         ['INFO:mom_events:a.json: unknown field "untl" is ignored'])
+                         ['INFO:mom_events:a.json: unknown field "endsAt" is ignored'])
+
+
+class MisspeltKeyTest(unittest.TestCase):
+    """Issue 31, item 4: a key that is a known one misspelt (its case, an edit or two) is an error naming
+    the key it resembles, and the file is rejected like any bad one; a bot's own keys stay allowed."""
+
+    BOTS = ["id", "name", "source", "author", "createdBy", "created_at", "createdAt", "updatedAt", "priority",
+            "tags", "meta", "metadata", "note", "notes", "comment", "description", "title", "user", "userId",
+            "user_id", "thread", "threadTs", "thread_ts", "ts", "team", "teamId", "guildId", "link", "url",
+            "payload", "data", "context", "kind", "version", "attempt", "retries", "owner", "status", "state",
+            "event", "repeat", "count", "label", "category", "deadline", "due", "reminder", "timestamp", "ttl",
+            "expires", "origin", "requestId", "messageId", "channelName", "botId", "replyTo", "locale", "lang",
+            "tz", "zone", "date", "time", "stage", "interval", "cron", "recurrence", "startsAt", "endsAt", "end",
+            "emoji", "parentId", "traceId", "snooze", "timer", "ticket", "summary", "text_html", "attachments"]
+    MISSPELT = {"catchup": "catchUp", "catch_up": "catchUp", "CatchUp": "catchUp", "catch-up": "catchUp",
+                "catchUP": "catchUp", "cathcUp": "catchUp", "timeZone": "timezone", "time_zone": "timezone",
+                "TimeZone": "timezone", "timzone": "timezone", "tiemzone": "timezone", "timezones": "timezone",
+                "channelID": "channelId", "channel_id": "channelId", "ChannelId": "channelId",
+                "channel": "channelId", "chanelId": "channelId", "channnelId": "channelId", "untill": "until",
+                "Until": "until", "untl": "until", "unitl": "until", "evrey": "every", "Every": "every",
+                "evry": "every", "strat": "start", "Start": "start", "starts": "start", "scheduel": "schedule",
+                "Schedule": "schedule", "shedule": "schedule", "schedul": "schedule", "scehdule": "schedule",
+                "Type": "type", "TYPE": "type", "Text": "text", "AT": "at", "At": "at"}
+
+    def parse(self, key, content=None):
+        """The file ``content`` with ``key`` added: its error, or None when the key is ignored."""
+        content = {**(content or periodic()), key: 1}
+        try:
+            _, ignored = mom_events._parse(json.dumps(content), "x.json")
+        except EventError as exc:
+            return str(exc)
+        self.assertIn(key, ignored)
+        return None
+
+    def test_a_bots_own_keys_stay_allowed(self):
+        self.assertGreaterEqual(len(self.BOTS), 40)
+        for key in self.BOTS:
+            for content in (immediate(), one_shot("2030-01-01T09:00:00Z"), periodic()):
+                with self.subTest(key=key, type=content["type"]):
+                    self.assertIsNone(self.parse(key, content))
+
+    def test_a_misspelt_key_names_the_key_it_resembles(self):
+        for key, meant in self.MISSPELT.items():
+            content = periodic() if meant in mom_events._FIELDS["periodic"] else one_shot("2030-01-01T09:00:00Z")
+            with self.subTest(key=key):
+                self.assertEqual(self.parse(key, content), f'x.json: unknown field "{key}": did you mean "{meant}"?')
+
+    def test_a_key_that_resembles_another_types_says_whose_it_is(self):
+        self.assertEqual(self.parse("untill", one_shot("2030-01-01T09:00:00Z")),
+                         'x.json: unknown field "untill": did you mean "until"? ("until" is for periodic events)')
+        self.assertEqual(self.parse("timeZone", immediate()), 'x.json: unknown field "timeZone": did you mean '
+                                                               '"timezone"? ("timezone" is for one-shot and periodic '
+                                                               "events)")
+        self.assertEqual(self.parse("At", immediate()),
+                         'x.json: unknown field "At": did you mean "at"? ("at" is for one-shot events)')
+        self.assertEqual(self.parse("Type", {"channelId": "C", "text": "t"}),  # no type to be read: none said
+                         'x.json: unknown field "Type": did you mean "type"?')
+
+    def test_every_known_key_is_recognised_in_any_case(self):
+        for fields in mom_events._FIELDS.values():  # whatever fields there are, and will be
+            for known in fields:
+                for key in (known.upper(), known.lower(), known.capitalize(), "_".join(known)):
+                    if key != known:
+                        with self.subTest(key=key):
+                            self.assertIn(f'did you mean "{known}"?', self.parse(key))
+
+    def test_near_and_far_keys_against_a_plain_model(self):
+        """Fuzz: a key is caught, with the nearest known key obeying the rule, exactly when one does."""
+        known = sorted(mom_events._ALL_FIELDS)
+        rng = random.Random(31)
+        letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_-"
+        caught = allowed = 0
+        for _ in range(3000):
+            if rng.random() < 0.7:  # near: a known key with a few edits
+                key = rng.choice(known)
+                for _ in range(rng.randint(1, 3)):
+                    key = _edit(rng, key, letters)
+            else:  # far, or not
+                key = "".join(rng.choice(letters) for _ in range(rng.randint(1, 12)))
+            if not key or key in known:
+                continue
+            typed = key.lower().replace("_", "").replace("-", "")
+            levels = {name: _model_distance(typed, name.lower()) for name in known}
+            near = [name for name in known if levels[name] <= (0 if len(name) < 5 else 1 if len(name) < 8 else 2)]
+            error = self.parse(key, {"type": "periodic", "channelId": "C", "text": "t", "every": "1h"})
+            with self.subTest(key=key):
+                if near:
+                    meant = re.fullmatch(r'x\.json: unknown field ".*": did you mean "(\w+)"\?( \(.*\))?', error or "")
+                    self.assertIsNotNone(meant, error)
+                    self.assertIn(meant[1], near)
+                    self.assertEqual(levels[meant[1]], min(levels[name] for name in near))
+                    caught += 1
+                else:
+                    self.assertIsNone(error)
+                    allowed += 1
+        self.assertGreater(min(caught, allowed), 500)
+
+    def test_a_misspelt_key_is_rejected_like_any_bad_file_and_its_channel_told(self):
+        h = Harness(self)
+        h.start()
+        h.write("daily.json", {**periodic("0 9 * * *", "C7"), "catchup": True})
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+            h.advance(1.5)  # past its retries: it may have been mid-write
+        reason = 'unknown field "catchup": did you mean "catchUp"?'
+        self.assertEqual(logs.output, [f"ERROR:mom_events:daily.json: {reason}; renamed to daily.json.rejected"])
+        self.assertEqual([(e.type, e.channel_id, e.text) for _, e in h.fired],
+                         [("rejected", "C7", f"{reason}. The file is now daily.json.rejected: fix it and move it "
+                                             "back to daily.json.")])
+        self.assertEqual(mom_events._check_line(str(h.dir / "daily.json.rejected"), "daily.json", h.now),
+                         (False, f"daily.json: {reason}"))
+
+
+def _edit(rng, text, letters):
+    """``text`` with one random edit: a letter inserted, deleted or replaced, two swapped, or its case changed."""
+    at = rng.randrange(len(text) + 1)
+    match rng.choice(["insert", "delete", "replace", "swap", "case"]):
+        case "insert":
+            return text[:at] + rng.choice(letters) + text[at:]
+        case "delete" if at < len(text):
+            return text[:at] + text[at + 1:]
+        case "replace" if at < len(text):
+            return text[:at] + rng.choice(letters) + text[at + 1:]
+        case "swap" if at < len(text) - 1:
+            return text[:at] + text[at + 1] + text[at] + text[at + 2:]
+        case _:
+            return text.swapcase() if rng.random() < 0.5 else text.upper()
+
+
+def _model_distance(a, b):
+    """0, 1, 2 or 3 (three or more): the fewest single edits (insert, delete, replace a character, swap two
+    adjacent ones) that make ``a`` into ``b``, by search: two strings are within two edits when some
+    string is within one of both."""
+    if a == b:
+        return 0
+
+    def ball(s):
+        chars = set(a + b)
+        out = {s}
+        for i in range(len(s) + 1):
+            out.update(s[:i] + c + s[i:] for c in chars)
+            if i < len(s):
+                out.add(s[:i] + s[i + 1:])
+                out.update(s[:i] + c + s[i + 1:] for c in chars)
+            if i < len(s) - 1:
+                out.add(s[:i] + s[i + 1] + s[i] + s[i + 2:])
+        return out
+    near_a = ball(a)
+    if b in near_a:
+        return 1
+    return 2 if near_a & ball(b) else 3
 
 
 class FuzzTest(unittest.TestCase):
