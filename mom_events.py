@@ -4319,10 +4319,11 @@ def _check_rejected(path: str, name: str, now: float, zone: tzinfo | None) -> st
 def _check(path: str, history: str | None = None, timezone: str | None = None,
            upcoming: int | timedelta | None = None) -> int:
     """--check: one line per event file and per rejected file of a directory,
-    or for one file of any name (a draft); 0 when every one will run.  With a
-    history, each line also says the file's last outcome.  Times are shown
-    in the user's ``timezone`` (default: the host's, as --prompt assumes).
-    With ``upcoming`` (--next), an agenda follows: what runs, in time order."""
+    or for one file of any name (a draft), then a summary; 0 when every one
+    will run.  With a history, each line also says the file's last outcome.
+    Times are shown in the user's ``timezone`` (default: the host's, as
+    --prompt assumes).  With ``upcoming`` (--next), an agenda comes before
+    the summary: what runs, in time order."""
     in_directory = os.path.isdir(path)
     try:
         if in_directory:
@@ -4365,8 +4366,9 @@ def _check(path: str, history: str | None = None, timezone: str | None = None,
         sys.stdout.write(_one_line(line) + "\n")
     if agenda is not None and upcoming is not None:
         sys.stdout.writelines(_one_line(line) + "\n" for line in _agenda(agenda, upcoming, now, zone))
+    # the last line, with what it sums up: one reader (an agent, a pipe) gets it all, in order
+    sys.stdout.write(_one_line(f"checked {path}: {len(files) - bad} will run, {bad} will not") + "\n")
     sys.stdout.flush()
-    log.info("checked %s: %d will run, %d will not", path, len(files) - bad, bad)
     return 1 if bad else 0
 
 
@@ -4439,8 +4441,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument("--check", action="store_true",
                        help="judge every event file and every NAME.json.rejected in DIR (or DIR, one file of any "
-                            "name, as a draft), print one line each and exit (0: every one will run); touches "
-                            "nothing and works beside a running harness")
+                            "name, as a draft), print one line each and a summary, and exit (0: every one will "
+                            "run); touches nothing and works beside a running harness")
     modes.add_argument("--prompt", action="store_true",
                        help="print the Markdown section that teaches an agent to use DIR, and exit")
     parser.add_argument("--next", type=_upcoming, metavar="N|SPAN", dest="upcoming",

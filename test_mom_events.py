@@ -1989,7 +1989,8 @@ class PeriodicTest(unittest.TestCase):
                                capture_output=True, text=True, timeout=60)
         self.assertEqual(lines.returncode, 1)
         self.assertRegex(lines.stdout, r'^ended\.json: periodic on channel C1: "until" 2020-01-01T00:00:00Z is '
-                                       r"\d+ days( \d+ \w+)* in the past \(it is now \S+\); it will not run\n$")
+                                       r"\d+ days( \d+ \w+)* in the past \(it is now \S+\); it will not run\n"
+                                       r"checked \S+: 0 will run, 1 will not\n$")
 
 class ScanTest(unittest.TestCase):
     """The scan's fast path: one stat of the directory while no name changed."""
@@ -3682,9 +3683,9 @@ class CheckLineTest(unittest.TestCase):
             status, out, logs = self.check(self.dir, history=self.dir)  # a directory is no history
         self.assertEqual(status, 1)
         self.assertEqual(out, ["good.json: ok: immediate on channel C1, runs on arrival",
-                               "odd.json: unexpected error while checking it: ValueError: boom"])
-        self.assertEqual(logs, [f"cannot read the history {self.dir}: Is a directory",
-                                f"checked {self.dir}: 1 will run, 1 will not"])
+                               "odd.json: unexpected error while checking it: ValueError: boom",
+                               f"checked {self.dir}: 1 will run, 1 will not"])
+        self.assertEqual(logs, [f"cannot read the history {self.dir}: Is a directory"])
         missing = self.dir / "missing"
         with self.assertLogs("mom_events", "ERROR") as logs:
             self.assertEqual(mom_events._check(str(missing)), 1)
@@ -3976,7 +3977,8 @@ class CheckTest(CliCase):
         before = {p.name: p.stat().st_mtime_ns for p in self.events.iterdir()}
         result = self.run_cli(self.events, "--check", "--timezone", "Europe/Vienna")
         self.assertEqual(result.returncode, 1)
-        lines = result.stdout.splitlines()
+        *lines, summary = result.stdout.splitlines()
+        self.assertEqual(summary, f"checked {self.events}: 3 will run, 5 will not")
         self.assertEqual([line.split(":")[0] for line in lines],
                          ["bad.json", "dir.json", "hook.json", "later.json", "noz.json", "old.json",
                           "pipe.json", "tick.json"])
@@ -4015,7 +4017,8 @@ class CheckTest(CliCase):
         result = self.run_cli(self.events, "--check")
         self.assertEqual(result.returncode, 1)
         self.assertRegex(result.stdout, r'^dentist\.json: one-shot on channel C2: "at" 2025-12-15T09:00:00\+01:00 is '
-                                        r"\d+ days( \d+ \w+)* in the past \(it is now \S+\+01:00\); it will not run\n$")
+                                        r"\d+ days( \d+ \w+)* in the past \(it is now \S+\+01:00\); it will not run\n"
+                                        r"checked \S+: 0 will run, 1 will not\n$")
 
     def test_rejected_files_are_listed_with_todays_reason_and_fail_the_check(self):
         self.put("tick.json", periodic())
@@ -4029,7 +4032,7 @@ class CheckTest(CliCase):
             "mv it back to fixed.json",
             "report.json.rejected: rejected: bad schedule '0 9 * * mon#6': 'mon#6': the number after '#' must be "
             "1 to 5; fix it, then mv it back to report.json (or rm it)"])
-        self.assertEqual(len(result.stdout.splitlines()), 3)
+        self.assertEqual(len(result.stdout.splitlines()), 4)
         self.assertTrue(result.stdout.splitlines()[2].startswith("tick.json: ok: "))
 
     def test_one_file_of_any_name_is_checked_as_a_draft(self):
@@ -4041,14 +4044,15 @@ class CheckTest(CliCase):
                          (0, ".dentist.json.tmp: ok: one-shot on channel C2, at 2999-01-01T09:00:00+00:00"))
         draft.write_text(json.dumps(immediate("C2", text=" ")))
         result = self.run_cli(draft, "--check")
-        self.assertEqual((result.returncode, result.stdout), (1, '.dentist.json.tmp: "text" is empty\n'))
+        self.assertEqual((result.returncode, result.stdout), (1, '.dentist.json.tmp: "text" is empty\n'
+                                                                 f"checked {draft}: 0 will run, 1 will not\n"))
         self.assertEqual(self.run_cli(self.events / "nope.json", "--check").returncode, 1)
 
     def test_works_beside_a_running_harness(self):
         self.put("tick.json", periodic("0 9 * * *"))
         cli = self.serve()
         result = self.run_cli(self.events, "--check")
-        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 1))
+        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 2))
         self.assertIsNone(cli.proc.poll())
 
 
@@ -4218,10 +4222,10 @@ class CheckReadableTest(CliCase):
     def agenda(self, *args, now=NOW, zone="America/New_York"):
         """--check's stdout from the agenda's head on, in-process at ``now``."""
         out = io.StringIO()
-        with mock.patch.object(mom_events.time, "time", return_value=now), contextlib.redirect_stdout(out), \
-                self.assertLogs("mom_events", "INFO"):
+        with mock.patch.object(mom_events.time, "time", return_value=now), contextlib.redirect_stdout(out):
             mom_events._check(str(self.events), None, zone, *args)
-        lines = out.getvalue().splitlines()
+        *lines, summary = out.getvalue().splitlines()
+        self.assertTrue(summary.startswith(f"checked {self.events}: "), summary)
         heads = [k for k, line in enumerate(lines) if re.match(r"(next|only|no runs|runs in)\b", line)]
         self.assertEqual(len(heads), 1, lines)
         return lines[heads[0]:]
@@ -4344,6 +4348,22 @@ class CheckReadableTest(CliCase):
         for bad in ("0", "-1", "1w", "7d12", "²", ""):
             self.assertIn("--next: ", self.run_cli(self.events, "--check", "--next", bad).stderr)
         self.assertIn("--next goes with --check", self.run_cli(self.events, "--next", "3").stderr)
+
+
+class CheckSummaryTest(CliCase):
+    """Issue 31, item 8: --check's summary is its last line on stdout, with the lines it sums up."""
+
+    def test_the_summary_is_the_last_line_on_stdout_not_a_log_line(self):
+        self.put("hook.json", immediate())
+        self.put("bad.json", "{")
+        for args, last in (((self.events, "--check"), f"checked {self.events}: 1 will run, 1 will not"),
+                           ((self.events, "--check", "--next", "2"), f"checked {self.events}: 1 will run, 1 will not"),
+                           ((self.events / "hook.json", "--check"), f"checked {self.events / 'hook.json'}: 1 will run, "
+                                                                     "0 will not")):
+            with self.subTest(args=args):
+                result = self.run_cli(*args)
+                self.assertEqual(result.stdout.splitlines()[-1], last)
+                self.assertNotIn("checked", result.stderr)
 
 
 class RejectedTest(CliCase):
@@ -4575,7 +4595,7 @@ class PromptTest(CliCase):
         self.assertIn(".dentist.json.tmp: ok: one-shot", result.stdout)
         self.assertTrue((self.events / "dentist.json").exists())  # the check passed, so mv ran
         result = subprocess.run(check_all, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=60)
-        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 1), result.stderr)
+        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 2), result.stderr)  # and the summary
         self.assertIn(f"`mv {self.events}/NAME.json.rejected {self.events}/NAME.json`", prompt.replace("\n", " "))
         self.assertIn("[EVENT:NAME.json:rejected]", prompt)
 
@@ -5338,7 +5358,8 @@ class OneLineOutputTest(unittest.TestCase):
         self.assertEqual(result.stdout.split("\n"), [r"bad\nFORGED.json.rejected: rejected: invalid JSON: Expecting "
                                                      r"property name enclosed in double quotes (line 1 column 2); "
                                                      r"fix it, then mv it back to bad\nFORGED.json (or rm it)",
-                                                     result.stdout.split("\n")[1], ""])
+                                                     result.stdout.split("\n")[1],
+                                                     f"checked {events}: 1 will run, 1 will not", ""])
         self.assertRegex(result.stdout.split("\n")[1],
                          r"^c\\rd\.json: ok: periodic on channel C\\u200bX, \* \* \* \* \* in UTC; next ")
 
@@ -6009,7 +6030,8 @@ class HistoryInEventsTest(CliCase):
                                  [(name, outcome) for name in ("a.json", "b.json")
                                   for outcome in ("queued", "started", "done")])
                 check = self.run_cli(self.events, "--check", "--history", history)
-                self.assertEqual((check.returncode, check.stdout), (0, ""), check.stderr)
+                self.assertEqual((check.returncode, check.stdout),
+                                 (0, f"checked {self.events}: 0 will run, 0 will not\n"), check.stderr)
                 self.assertEqual(self.run_cli(self.events / "history.json", "--check").returncode, 1)  # named: checked
 
 
