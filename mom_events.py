@@ -213,14 +213,18 @@ def _when(event: Event) -> str | None:
 
 
 def _span(seconds: float) -> str:
-    """A duration as a person says it: ``14 s``, ``3 minutes``, ``342 days``."""
-    if seconds < 1:
+    """A duration exact to the whole second, every nonzero unit in words:
+    ``1 day 12 hours``, ``1 minute 30 seconds``.  Rounded to one unit, 36
+    hours read back to a user as "1 day" would mislead."""
+    rest = int(seconds)
+    if rest < 1:
         return "less than a second"
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            count = int(seconds // size)
-            return f"{count} {unit}{'s' if count > 1 else ''}"
-    return f"{int(seconds)} s"
+    parts = []
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count} {unit}{'s' if count > 1 else ''}")
+    return " ".join(parts)
 
 
 def _clip(text: str, limit: int = 40) -> str:
@@ -331,7 +335,8 @@ def _written_at(event: Event) -> str:
 
 
 # The fields each type reads.  Any other is ignored (bots add their own),
-# and said so; one of another type's fields is an error.
+# and said so, unless it is one of these misspelt; one of another type's
+# fields is an error.
 _FIELDS = {
     "immediate": ("type", "channelId", "text"),
     "one-shot": ("type", "channelId", "text", "at", "timezone"),
@@ -353,6 +358,13 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
     obj = _decode_json(data, filename)
     if not isinstance(obj, dict):
         raise EventError(filename, f"expected a JSON object, not {_json_type(obj)}")
+    for key in obj:
+        if key not in _ALL_FIELDS and (meant := _resembled(key)) is not None:
+            owners = " and ".join(t for t in TYPES if meant in _FIELDS[t])
+            whose = "" if obj.get("type") not in TYPES or meant in _FIELDS[obj["type"]] else \
+                f' ("{meant}" is for {owners} events)'
+            raise EventError(filename, f"unknown field {json.dumps(_clip(key), ensure_ascii=False)}: "
+                                       f'did you mean "{meant}"?{whose}')
     if "type" not in obj:
         raise EventError(filename, 'missing field "type"')
     kind = obj["type"]
@@ -382,6 +394,45 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
         return _periodic(obj, filename, channel_id, text, zone), ignored
     except _CronError as exc:
         raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
+
+
+def _resembled(key: str) -> str | None:
+    """The known field that an unknown ``key`` is a near miss of, if any: the
+    same but for case, ``_`` and ``-`` (``catchup``, ``channel_id``), or one
+    edit away from a field of 5 to 7 letters (``untill``), two from a longer
+    one (``scheduel``, ``channel``).  Further off, it is a bot's own key: a
+    field that short, or a second edit, would catch a bot's ``state``."""
+    typed = key.lower().replace("_", "").replace("-", "")
+    nearest: tuple[int, str] | None = None
+    for name in sorted(_ALL_FIELDS):
+        known = name.lower()
+        allowed = 0 if len(known) < 5 else 1 if len(known) < 8 else 2
+        if abs(len(typed) - len(known)) > allowed or len(set(typed) - set(known)) > allowed:
+            continue  # quickly: each edit adds at most one character, and one letter the known key lacks
+        if (edits := _edits(typed, known)) <= allowed:
+            nearest = min(nearest or (edits, name), (edits, name))
+    return None if nearest is None else nearest[1]
+
+
+def _edits(a: str, b: str) -> int:
+    """The Damerau-Levenshtein distance of ``a`` and ``b``: the fewest
+    insertions, deletions, substitutions and swaps of adjacent characters
+    that make one the other (Lowrance and Wagner's algorithm)."""
+    far = len(a) + len(b)
+    rows: list[list[int]] = [[far] * (len(b) + 2), [far, *range(len(b) + 1)]]
+    rows += [[far, i] + [0] * len(b) for i in range(1, len(a) + 1)]
+    last_row: dict[str, int] = {}  # where each character of a was last seen
+    for i in range(1, len(a) + 1):
+        last_column = 0  # where b last matched a[i - 1]
+        for j in range(1, len(b) + 1):
+            k, m = last_row.get(b[j - 1], 0), last_column
+            cost = int(a[i - 1] != b[j - 1])
+            if not cost:
+                last_column = j
+            rows[i + 1][j + 1] = min(rows[i][j] + cost, rows[i + 1][j] + 1, rows[i][j + 1] + 1,
+                                     rows[k][m] + (i - k - 1) + 1 + (j - m - 1))
+        last_row[a[i - 1]] = i
+    return rows[len(a) + 1][len(b) + 1]
 
 
 def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str, zone: str | None) -> Event:
@@ -4278,10 +4329,17 @@ def _report(event: Event, exc: BaseException) -> None:
 # -- --check: lint the directory ---------------------------------------------
 
 
-def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
+_Agenda: TypeAlias = list[tuple[Iterator[float], str]]  # --check --next: each file's runs, and what it is
+
+
+def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None,
+                agenda: _Agenda | None = None) -> tuple[bool, str]:
     """The verdict on one file, judged as an event named ``name`` that a
     running harness sees now would be: whether it will run, and a line saying
-    when or what is wrong, with notes on what it may not mean."""
+    when or what is wrong, with notes on what it may not mean.  Its times are
+    the user's, in ``zone`` (None: the host's), so they can be read back to
+    the user as they are.  A file that will run at a time adds its runs to
+    ``agenda``, if given."""
     try:
         data, sig = _read_file(path)
         event, ignored = _parse(data, name)
@@ -4308,20 +4366,94 @@ def _check_line(path: str, name: str, now: float) -> tuple[bool, str]:
     if event.type == "immediate":
         return True, f"{name}: ok: {what}, runs on arrival{notes_text}"
     # the judge's contract: a late run says by how much, a schedule says when
+    due, mtime = now if verdict.action == "run" else verdict.due, sig[3] / 1e9
+    assert due is not None
     if verdict.action == "run":
         assert verdict.late is not None
-        return True, f"{name}: ok: {what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}{notes_text}"
-    due = verdict.due
-    assert due is not None
-    if event.type == "one-shot":
-        when = event.at if event.timezone is None else _at_of(event).isoformat(timespec="seconds")
-        return True, f"{name}: ok: {what}, at {when} (in {_span(due - now)}){notes_text}"
-    times: list[str] = []
-    while len(times) < 3 and (aware := _aware(event, due)) is not None:  # None: no more (an infinite due)
-        times.append(aware.isoformat(timespec="seconds"))
-        due = _next_fire_ts(event, due, sig[3] / 1e9)
-    last = "" if len(times) == 3 else " (its last)" if len(times) == 1 else " (the last)"
-    return True, f"{name}: ok: {what}, next {', '.join(times)}{last}{notes_text}"
+        said = f"{what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}"
+    elif event.type == "one-shot":
+        said = f"{what}, at {_shown(due, zone, _own_clock(due, event, zone), f'in {_span(round(due - now))}')}"
+    else:
+        said = _periodic_line(what, event, due, now, mtime, zone)
+    if agenda is not None:
+        agenda.append((_runs(event, due, mtime), f"{name}, {what}: {_clip(event.text, 60)}"))
+    return True, f"{name}: ok: {said}{notes_text}"
+
+
+def _periodic_line(what: str, event: Event, due: float, now: float, mtime: float, zone: tzinfo | None) -> str:
+    """What --check says of a periodic event whose next run is ``due``: its
+    schedule, its flags in words, its next three runs and its last."""
+    said = [what, f"every {event.every}" if event.every is not None else f"{event.schedule} in {event.timezone}"]
+    if event.start is not None:
+        said.append(f"from {_bound('start', event.start, zone)}")
+    if event.until is not None:
+        said.append(f"until {_bound('until', event.until, zone)}")
+    if event.catch_up:
+        said.append("catches up one missed run (catchUp)")
+    runs = list(itertools.islice(_runs(event, due, mtime), 4))  # a fourth: whether the third is the last
+    times = [_shown(when, zone, _own_clock(when, event, zone), f"in {_span(round(due - now))}" if k == 0 else None,
+                    "the last" if k == len(runs) - 1 else None) for k, when in enumerate(runs[:3])]
+    last = ""
+    if len(runs) > 3 and event.until is not None:
+        when = _last_run(event, runs[2], mtime)
+        last = f"; last run {_shown(when, zone, _own_clock(when, event, zone))}"
+    return f"{', '.join(said)}; next {', '.join(times)}{last}"
+
+
+def _runs(event: Event, due: float, mtime: float) -> Iterator[float]:
+    """An event's runs from its next, ``due``, on: a one-shot's one, a
+    periodic event's every one (of its file written at ``mtime``)."""
+    while math.isfinite(due):
+        yield due
+        due = math.inf if event.type == "one-shot" else _next_fire_ts(event, due, mtime)
+
+
+def _last_run(event: Event, after: float, mtime: float) -> float:
+    """A periodic event's last run before its ``until``, given an instant
+    ``after`` that has a run after it.  A schedule is only walked forward: it
+    is looked for back from ``until``, a step twice as long each time, then
+    walked forward to the end."""
+    ends = _instant(event.until)
+    assert ends is not None
+    back = 1.0
+    while math.isinf(due := _next_fire_ts(event, max(ends - back, after), mtime)):
+        back *= 2
+    while math.isfinite(later := _next_fire_ts(event, due, mtime)):
+        due = later
+    return due
+
+
+def _shown(when: float, zone: tzinfo | None, *remarks: str | None) -> str:
+    """An instant as --check shows it: in the user's ``zone`` (None: the
+    host's), ISO 8601 to the second, and the ``remarks`` that are given."""
+    text = datetime.fromtimestamp(when, UTC).astimezone(zone).isoformat(timespec="seconds")
+    said = [remark for remark in remarks if remark]
+    return f"{text} ({', '.join(said)})" if said else text
+
+
+def _own_clock(when: float, event: Event, zone: tzinfo | None) -> str | None:
+    """What the event's own clock reads at ``when``, where the user's reads
+    otherwise: its ``timezone``'s wall time (an interval has no zone of its
+    own), or a one-shot's ``at`` as written."""
+    mine = datetime.fromtimestamp(when, UTC).astimezone(zone)
+    if event.timezone is not None and event.every is None:
+        own = datetime.fromtimestamp(when, _zone(event.timezone))
+        if _utc_offset(own) == _utc_offset(mine):
+            return None
+        day = "" if own.date() == mine.date() else f"{own.date()} "
+        return f"{day}{own.strftime('%H:%M:%S' if own.second else '%H:%M')} in {event.timezone}"
+    if event.type == "one-shot" and _utc_offset(_at_of(event)) != _utc_offset(mine):
+        return f"as written: {event.at}"
+    return None
+
+
+def _bound(key: str, text: str, zone: tzinfo | None) -> str:
+    """A periodic event's ``start`` or ``until`` in the user's ``zone``,
+    named, and as written where its offset is not the user's then."""
+    when = datetime.fromisoformat(text)
+    mine = when.astimezone(zone)
+    written = "" if _utc_offset(mine) == _utc_offset(when) else f", as written: {text}"
+    return f"{mine.isoformat(timespec='seconds')} ({key}{written})"
 
 
 def _unknown_fields(keys: list[str]) -> str:
@@ -4331,20 +4463,46 @@ def _unknown_fields(keys: list[str]) -> str:
     return f"unknown field{'s' if len(keys) > 1 else ''} {quoted}{more} {'are' if len(keys) > 1 else 'is'} ignored"
 
 
-def _check_rejected(path: str, name: str, now: float) -> str:
+def _agenda(agenda: _Agenda, upcoming: int | timedelta, now: float, zone: tzinfo | None) -> list[str]:
+    """--check --next: the runs of every file that will run, merged in time
+    order: the next ``upcoming`` of them, or those within that span, under a
+    head line.  Each file's runs are walked only as far as they are shown."""
+    merged = heapq.merge(*(zip(runs, itertools.repeat(label)) for runs, label in agenda))
+    if isinstance(upcoming, timedelta):
+        end, span = now + upcoming.total_seconds(), _span(upcoming.total_seconds())
+        shown = list(itertools.takewhile(lambda run: run[0] <= end, merged))
+        head = f"runs in the next {span}:" if shown else f"no runs in the next {span}"
+    else:
+        shown = list(itertools.islice(merged, min(upcoming, sys.maxsize)))
+        count = len(shown)
+        if count == upcoming:
+            head = f"next {count} run{'s' if count > 1 else ''}:"
+        elif shown:
+            head = f"only {count} run{'s are' if count > 1 else ' is'} left:"
+        else:
+            head = "no runs are left"
+    return [head] + [f"{_shown(due, zone, 'now' if due <= now else f'in {_span(round(due - now))}')} {label}"
+                     for due, label in shown]
+
+
+def _check_rejected(path: str, name: str, now: float, zone: tzinfo | None) -> str:
     """A ``NAME.json.rejected`` file, judged again as ``NAME.json``."""
     original = name.removesuffix(".rejected")
-    ok, line = _check_line(path, original, now)
+    ok, line = _check_line(path, original, now, zone)
     verdict = line.removeprefix(original + ": ")
     if ok:
         return f"{name}: rejected, valid now ({verdict.removeprefix('ok: ')}): mv it back to {original}"
     return f"{name}: rejected: {verdict}; fix it, then mv it back to {original} (or rm it)"
 
 
-def _check(path: str, history: str | None = None) -> int:
+def _check(path: str, history: str | None = None, timezone: str | None = None,
+           upcoming: int | timedelta | None = None) -> int:
     """--check: one line per event file and per rejected file of a directory,
-    or for one file of any name (a draft); 0 when every one will run.  With a
-    history, each line also says the file's last outcome."""
+    or for one file of any name (a draft), then a summary; 0 when every one
+    will run.  With a history, each line also says the file's last outcome.
+    Times are shown in the user's ``timezone`` (default: the host's, as
+    --prompt assumes).  With ``upcoming`` (--next), an agenda comes before
+    the summary: what runs, in time order."""
     in_directory = os.path.isdir(path)
     try:
         if in_directory:
@@ -4366,13 +4524,16 @@ def _check(path: str, history: str | None = None) -> int:
             last = _last_outcomes(history)
         except OSError as exc:
             log.warning("cannot read the history %s: %s", history, exc.strerror or exc)
+    zone_name = timezone or _host_timezone()
+    zone = None if zone_name is None else _zone(zone_name)
     now, bad = time.time(), 0
+    agenda: _Agenda | None = None if upcoming is None else []
     for file, name in files:
         try:
             if in_directory and name.endswith(".rejected"):
-                ok, line = False, _check_rejected(file, name, now)
+                ok, line = False, _check_rejected(file, name, now, zone)
             else:
-                ok, line = _check_line(file, name, now)
+                ok, line = _check_line(file, name, now, zone, agenda)
         except Exception as exc:  # that file's alone
             ok, line = False, f"{name}: unexpected error while checking it: {type(exc).__name__}: {exc}"
         bad += not ok
@@ -4382,8 +4543,11 @@ def _check(path: str, history: str | None = None) -> int:
             if entry.get("detail"):
                 line += f" ({entry['detail']})"
         sys.stdout.write(_one_line(line) + "\n")
+    if agenda is not None and upcoming is not None:
+        sys.stdout.writelines(_one_line(line) + "\n" for line in _agenda(agenda, upcoming, now, zone))
+    # the last line, with what it sums up: one reader (an agent, a pipe) gets it all, in order
+    sys.stdout.write(_one_line(f"checked {path}: {len(files) - bad} will run, {bad} will not") + "\n")
     sys.stdout.flush()
-    log.info("checked %s: %d will run, %d will not", path, len(files) - bad, bad)
     return 1 if bad else 0
 
 
@@ -4399,6 +4563,17 @@ def _seconds(text: str, zero_ok: bool = False) -> float:
         raise argparse.ArgumentTypeError(f"must be a {'non-negative' if zero_ok else 'positive'} "
                                          f"number of seconds: {text!r}")
     return value
+
+
+def _upcoming(text: str) -> int | timedelta:
+    """--next: a whole count of runs, or a span as ``every`` reads one (7d, 36h)."""
+    if text.isascii() and text.isdigit() and int(text) > 0:
+        return int(text)
+    try:
+        return timedelta(seconds=_interval(text))
+    except EventError:
+        raise argparse.ArgumentTypeError(f"not a count of runs (1 or more) nor a span such as 7d or 36h: "
+                                         f"{_clip(text)!r}") from None
 
 
 def _timezone_name(text: str) -> str:
@@ -4445,13 +4620,17 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument("--check", action="store_true",
                        help="judge every event file and every NAME.json.rejected in DIR (or DIR, one file of any "
-                            "name, as a draft), print one line each and exit (0: every one will run); touches "
-                            "nothing and works beside a running harness")
+                            "name, as a draft), print one line each and a summary, and exit (0: every one will "
+                            "run); touches nothing and works beside a running harness")
     modes.add_argument("--prompt", action="store_true",
                        help="print the Markdown section that teaches an agent to use DIR, and exit")
+    parser.add_argument("--next", type=_upcoming, metavar="N|SPAN", dest="upcoming",
+                        help="with --check: then list the next N runs of all files in time order, or those within "
+                             "SPAN (7d, 36h: as \"every\" reads it)")
     parser.add_argument("--channel", metavar="ID", help="with --prompt: the channel ID used in the examples")
     parser.add_argument("--timezone", type=_timezone_name, metavar="TZ",
-                        help="with --prompt: the IANA timezone the agent should assume (default: the host's)")
+                        help="with --prompt: the IANA timezone the agent should assume; with --check: the one its "
+                             "times are shown in (default: the host's)")
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     noise.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
@@ -4459,8 +4638,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.exec_timeout is not None and args.command is None:
         parser.error("--exec-timeout needs --exec")
-    if (args.channel is not None or args.timezone is not None) and not args.prompt:
-        parser.error("--channel and --timezone go with --prompt")
+    if args.upcoming is not None and not args.check:
+        parser.error("--next goes with --check")
+    if args.channel is not None and not args.prompt:
+        parser.error("--channel goes with --prompt")
+    if args.timezone is not None and not (args.prompt or args.check):
+        parser.error("--timezone goes with --prompt or --check")
     return args
 
 
@@ -4477,7 +4660,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel, history))
         return 0
     if args.check:
-        return _check(args.dir, args.history)
+        return _check(args.dir, args.history, args.timezone, args.upcoming)
     return _serve(args)
 
 

@@ -172,10 +172,11 @@ class Harness:
 
 
 class ParseEventTest(unittest.TestCase):
-    def test_a_span_is_said_in_the_largest_whole_unit(self):
-        for seconds, text in [(0.99, "less than a second"), (1, "1 s"), (59.9, "59 s"), (60, "1 minute"),
-                              (119, "1 minute"), (120, "2 minutes"), (3599, "59 minutes"), (3600, "1 hour"),
-                              (7200, "2 hours"), (86399, "23 hours"), (86400, "1 day"), (172800, "2 days")]:
+    def test_a_span_is_said_exactly_to_the_whole_second(self):
+        for seconds, text in [(0.99, "less than a second"), (1, "1 second"), (59.9, "59 seconds"), (60, "1 minute"),
+                              (119, "1 minute 59 seconds"), (120, "2 minutes"), (3599, "59 minutes 59 seconds"),
+                              (3600, "1 hour"), (7200, "2 hours"), (86399, "23 hours 59 minutes 59 seconds"),
+                              (86400, "1 day"), (172800, "2 days")]:
             self.assertEqual(mom_events._span(seconds), text)
 
     def test_quotes_are_clipped_at_40_characters(self):
@@ -1086,9 +1087,9 @@ class LanguageTest(unittest.TestCase):
             with self.subTest(reason=reason), self.assertRaises(EventError) as caught:
                 parse_event(json.dumps(content), "x.json")
             self.assertIn(reason, str(caught.exception))
-        event, ignored = mom_events._parse(json.dumps({**periodic(), "untl": "x", "botNote": 1}), "x.json")
-        self.assertEqual(ignored, ["untl", "botNote"])
-        self.assertEqual(mom_events._unknown_fields(["untl"]), 'unknown field "untl" is ignored')
+        event, ignored = mom_events._parse(json.dumps({**periodic(), "endsAt": "x", "botNote": 1}), "x.json")
+        self.assertEqual(ignored, ["endsAt", "botNote"])
+        self.assertEqual(mom_events._unknown_fields(["endsAt"]), 'unknown field "endsAt" is ignored')
         self.assertEqual(mom_events._unknown_fields(["a", "b"]), 'unknown fields "a", "b" are ignored')
         five = [f"k{i}" for i in range(5)]
         self.assertEqual(mom_events._unknown_fields(five), 'unknown fields "k0", "k1", "k2", "k3", "k4" are ignored')
@@ -1119,7 +1120,7 @@ class LanguageTest(unittest.TestCase):
         now = utc(2027, 3, 1).timestamp()
         files = {
             "wall.json": {**one_shot("2027-03-28T02:30:00"), "timezone": "Europe/Vienna"},
-            "typo.json": {**periodic("0 9 * * 1", tz="Europe/Vienna"), "untl": "2027-12-31T23:59:59+01:00"},
+            "typo.json": {**periodic("0 9 * * 1", tz="Europe/Vienna"), "endsAt": "2027-12-31T23:59:59+01:00"},
             "either.json": periodic("0 17 22-31 * 5", tz="Europe/Vienna"),
             "every.json": {"type": "periodic", "channelId": "C", "text": "t", "every": "90m",
                            "start": "2027-03-01T00:00:00Z", "until": "2027-03-01T03:00:00Z"},
@@ -1127,19 +1128,19 @@ class LanguageTest(unittest.TestCase):
         lines = {}
         for name, content in files.items():
             (d / name).write_text(json.dumps(content))
-            lines[name] = mom_events._check_line(str(d / name), name, now)
-        self.assertEqual(lines["wall.json"],
-                         (True, "wall.json: ok: one-shot on channel C1, at 2027-03-28T03:00:00+02:00 (in 27 days)"))
+            lines[name] = mom_events._check_line(str(d / name), name, now, VIENNA)
+        self.assertEqual(lines["wall.json"], (True, "wall.json: ok: one-shot on channel C1, at "
+                                                    "2027-03-28T03:00:00+02:00 (in 27 days 1 hour)"))
         self.assertTrue(lines["typo.json"][0])
-        self.assertTrue(lines["typo.json"][1].endswith('; unknown field "untl" is ignored'))
+        self.assertTrue(lines["typo.json"][1].endswith('; unknown field "endsAt" is ignored'))
         self.assertIn("runs on days matching either field", lines["either.json"][1])
         self.assertNotIn("either field", lines["typo.json"][1])
-        self.assertTrue(lines["every.json"][1].endswith("next " + ", ".join(
-            datetime.fromtimestamp(now + k * 5400).astimezone().isoformat(timespec="seconds")
-            for k in (1, 2)) + " (the last)"), lines["every.json"])
+        self.assertTrue(lines["every.json"][1].endswith(
+            "; next 2027-03-01T02:30:00+01:00 (in 1 hour 30 minutes), 2027-03-01T04:00:00+01:00 (the last)"),
+            lines["every.json"])
         (d / "once.json").write_text(json.dumps({**files["every.json"], "until": "2027-03-01T01:30:00Z"}))
-        self.assertTrue(mom_events._check_line(str(d / "once.json"), "once.json", now)[1].endswith(
-            datetime.fromtimestamp(now + 5400).astimezone().isoformat(timespec="seconds") + " (its last)"))
+        self.assertTrue(mom_events._check_line(str(d / "once.json"), "once.json", now, VIENNA)[1].endswith(
+            "; next 2027-03-01T02:30:00+01:00 (in 1 hour 30 minutes, the last)"))
 
     def test_an_interval_keeps_its_phase_across_a_restart_and_a_rewrite_starts_anew(self):
         h = Harness(self)
@@ -1261,20 +1262,171 @@ class LanguageTest(unittest.TestCase):
     def test_unknown_fields_are_logged_once_per_file(self):
         h = Harness(self)
         h.start()
-        h.write("a.json", {**periodic(), "untl": "soon"})
+        h.write("a.json", {**periodic(), "endsAt": "soon"})
         with self.assertLogs("mom_events", "INFO") as logs:
             h.tick(h.now + 0.1)
-            h.write("a.json", {**periodic(text="again"), "untl": "soon"})
+            h.write("a.json", {**periodic(text="again"), "endsAt": "soon"})
             h.tick(h.now + 0.3)
         self.assertEqual([line for line in logs.output if "unknown" in line],
-                         ['INFO:mom_events:a.json: unknown field "untl" is ignored'])
+                         ['INFO:mom_events:a.json: unknown field "endsAt" is ignored'])
         h.write("a.json", periodic(text="fixed"))
         h.tick(h.now + 0.3)
         with self.assertLogs("mom_events", "INFO") as logs:  # the set changed (to none), so it is said again
-            h.write("a.json", {**periodic(text="typo again"), "untl": "soon"})
+            h.write("a.json", {**periodic(text="bot key again"), "endsAt": "soon"})
             h.tick(h.now + 0.3)
         self.assertEqual([line for line in logs.output if "unknown" in line],
-                         ['INFO:mom_events:a.json: unknown field "untl" is ignored'])
+                         ['INFO:mom_events:a.json: unknown field "endsAt" is ignored'])
+
+
+class MisspeltKeyTest(unittest.TestCase):
+    """Issue 31, item 4: a key that is a known one misspelt (its case, an edit or two) is an error naming
+    the key it resembles, and the file is rejected like any bad one; a bot's own keys stay allowed."""
+
+    BOTS = ["id", "name", "source", "author", "createdBy", "created_at", "createdAt", "updatedAt", "priority",
+            "tags", "meta", "metadata", "note", "notes", "comment", "description", "title", "user", "userId",
+            "user_id", "thread", "threadTs", "thread_ts", "ts", "team", "teamId", "guildId", "link", "url",
+            "payload", "data", "context", "kind", "version", "attempt", "retries", "owner", "status", "state",
+            "event", "repeat", "count", "label", "category", "deadline", "due", "reminder", "timestamp", "ttl",
+            "expires", "origin", "requestId", "messageId", "channelName", "botId", "replyTo", "locale", "lang",
+            "tz", "zone", "date", "time", "stage", "interval", "cron", "recurrence", "startsAt", "endsAt", "end",
+            "emoji", "parentId", "traceId", "snooze", "timer", "ticket", "summary", "text_html", "attachments"]
+    MISSPELT = {"catchup": "catchUp", "catch_up": "catchUp", "CatchUp": "catchUp", "catch-up": "catchUp",
+                "catchUP": "catchUp", "cathcUp": "catchUp", "timeZone": "timezone", "time_zone": "timezone",
+                "TimeZone": "timezone", "timzone": "timezone", "tiemzone": "timezone", "timezones": "timezone",
+                "channelID": "channelId", "channel_id": "channelId", "ChannelId": "channelId",
+                "channel": "channelId", "chanelId": "channelId", "channnelId": "channelId", "untill": "until",
+                "Until": "until", "untl": "until", "unitl": "until", "evrey": "every", "Every": "every",
+                "evry": "every", "strat": "start", "Start": "start", "starts": "start", "scheduel": "schedule",
+                "Schedule": "schedule", "shedule": "schedule", "schedul": "schedule", "scehdule": "schedule",
+                "Type": "type", "TYPE": "type", "Text": "text", "AT": "at", "At": "at"}
+
+    def parse(self, key, content=None):
+        """The file ``content`` with ``key`` added: its error, or None when the key is ignored."""
+        content = {**(content or periodic()), key: 1}
+        try:
+            _, ignored = mom_events._parse(json.dumps(content), "x.json")
+        except EventError as exc:
+            return str(exc)
+        self.assertIn(key, ignored)
+        return None
+
+    def test_a_bots_own_keys_stay_allowed(self):
+        self.assertGreaterEqual(len(self.BOTS), 40)
+        for key in self.BOTS:
+            for content in (immediate(), one_shot("2030-01-01T09:00:00Z"), periodic()):
+                with self.subTest(key=key, type=content["type"]):
+                    self.assertIsNone(self.parse(key, content))
+
+    def test_a_misspelt_key_names_the_key_it_resembles(self):
+        for key, meant in self.MISSPELT.items():
+            content = periodic() if meant in mom_events._FIELDS["periodic"] else one_shot("2030-01-01T09:00:00Z")
+            with self.subTest(key=key):
+                self.assertEqual(self.parse(key, content), f'x.json: unknown field "{key}": did you mean "{meant}"?')
+
+    def test_a_key_that_resembles_another_types_says_whose_it_is(self):
+        self.assertEqual(self.parse("untill", one_shot("2030-01-01T09:00:00Z")),
+                         'x.json: unknown field "untill": did you mean "until"? ("until" is for periodic events)')
+        self.assertEqual(self.parse("timeZone", immediate()), 'x.json: unknown field "timeZone": did you mean '
+                                                               '"timezone"? ("timezone" is for one-shot and periodic '
+                                                               "events)")
+        self.assertEqual(self.parse("At", immediate()),
+                         'x.json: unknown field "At": did you mean "at"? ("at" is for one-shot events)')
+        self.assertEqual(self.parse("Type", {"channelId": "C", "text": "t"}),  # no type to be read: none said
+                         'x.json: unknown field "Type": did you mean "type"?')
+
+    def test_every_known_key_is_recognised_in_any_case(self):
+        for fields in mom_events._FIELDS.values():  # whatever fields there are, and will be
+            for known in fields:
+                for key in (known.upper(), known.lower(), known.capitalize(), "_".join(known)):
+                    if key != known:
+                        with self.subTest(key=key):
+                            self.assertIn(f'did you mean "{known}"?', self.parse(key))
+
+    def test_near_and_far_keys_against_a_plain_model(self):
+        """Fuzz: a key is caught, with the nearest known key obeying the rule, exactly when one does."""
+        known = sorted(mom_events._ALL_FIELDS)
+        rng = random.Random(31)
+        letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_-"
+        caught = allowed = 0
+        for _ in range(3000):
+            if rng.random() < 0.7:  # near: a known key with a few edits
+                key = rng.choice(known)
+                for _ in range(rng.randint(1, 3)):
+                    key = _edit(rng, key, letters)
+            else:  # far, or not
+                key = "".join(rng.choice(letters) for _ in range(rng.randint(1, 12)))
+            if not key or key in known:
+                continue
+            typed = key.lower().replace("_", "").replace("-", "")
+            levels = {name: _model_distance(typed, name.lower()) for name in known}
+            near = [name for name in known if levels[name] <= (0 if len(name) < 5 else 1 if len(name) < 8 else 2)]
+            error = self.parse(key, {"type": "periodic", "channelId": "C", "text": "t", "every": "1h"})
+            with self.subTest(key=key):
+                if near:
+                    meant = re.fullmatch(r'x\.json: unknown field ".*": did you mean "(\w+)"\?( \(.*\))?', error or "")
+                    self.assertIsNotNone(meant, error)
+                    self.assertIn(meant[1], near)
+                    self.assertEqual(levels[meant[1]], min(levels[name] for name in near))
+                    caught += 1
+                else:
+                    self.assertIsNone(error)
+                    allowed += 1
+        self.assertGreater(min(caught, allowed), 500)
+
+    def test_a_misspelt_key_is_rejected_like_any_bad_file_and_its_channel_told(self):
+        h = Harness(self)
+        h.start()
+        h.write("daily.json", {**periodic("0 9 * * *", "C7"), "catchup": True})
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+            h.advance(1.5)  # past its retries: it may have been mid-write
+        reason = 'unknown field "catchup": did you mean "catchUp"?'
+        self.assertEqual(logs.output, [f"ERROR:mom_events:daily.json: {reason}; renamed to daily.json.rejected"])
+        self.assertEqual([(e.type, e.channel_id, e.text) for _, e in h.fired],
+                         [("rejected", "C7", f"{reason}. The file is now daily.json.rejected: fix it and move it "
+                                             "back to daily.json.")])
+        self.assertEqual(mom_events._check_line(str(h.dir / "daily.json.rejected"), "daily.json", h.now),
+                         (False, f"daily.json: {reason}"))
+
+
+def _edit(rng, text, letters):
+    """``text`` with one random edit: a letter inserted, deleted or replaced, two swapped, or its case changed."""
+    at = rng.randrange(len(text) + 1)
+    match rng.choice(["insert", "delete", "replace", "swap", "case"]):
+        case "insert":
+            return text[:at] + rng.choice(letters) + text[at:]
+        case "delete" if at < len(text):
+            return text[:at] + text[at + 1:]
+        case "replace" if at < len(text):
+            return text[:at] + rng.choice(letters) + text[at + 1:]
+        case "swap" if at < len(text) - 1:
+            return text[:at] + text[at + 1] + text[at] + text[at + 2:]
+        case _:
+            return text.swapcase() if rng.random() < 0.5 else text.upper()
+
+
+def _model_distance(a, b):
+    """0, 1, 2 or 3 (three or more): the fewest single edits (insert, delete, replace a character, swap two
+    adjacent ones) that make ``a`` into ``b``, by search: two strings are within two edits when some
+    string is within one of both."""
+    if a == b:
+        return 0
+
+    def ball(s):
+        chars = set(a + b)
+        out = {s}
+        for i in range(len(s) + 1):
+            out.update(s[:i] + c + s[i:] for c in chars)
+            if i < len(s):
+                out.add(s[:i] + s[i + 1:])
+                out.update(s[:i] + c + s[i + 1:] for c in chars)
+            if i < len(s) - 1:
+                out.add(s[:i] + s[i + 1] + s[i] + s[i + 2:])
+        return out
+    near_a = ball(a)
+    if b in near_a:
+        return 1
+    return 2 if near_a & ball(b) else 3
 
 
 class FuzzTest(unittest.TestCase):
@@ -1783,7 +1935,8 @@ class OneShotTest(unittest.TestCase):
         data = path.read_bytes()
         with self.assertLogs("mom_events", "ERROR") as logs:
             h.tick(h.now + 0.1)
-        reason = '"at" 2025-12-15T09:00:00+01:00 is 342 days in the past (it is now 2026-11-22T09:13:00+01:00)'
+        reason = ('"at" 2025-12-15T09:00:00+01:00 is 342 days 13 minutes in the past '
+                  "(it is now 2026-11-22T09:13:00+01:00)")
         self.assertEqual(logs.output, [f"ERROR:mom_events:late.json: {reason}; renamed to late.json.rejected"])
         self.assertFalse(h.exists("late.json"))
         self.assertEqual((h.dir / "late.json.rejected").read_bytes(), data)
@@ -1925,7 +2078,8 @@ class PeriodicTest(unittest.TestCase):
                                capture_output=True, text=True, timeout=60)
         self.assertEqual(lines.returncode, 1)
         self.assertRegex(lines.stdout, r'^ended\.json: periodic on channel C1: "until" 2020-01-01T00:00:00Z is '
-                                       r"\d+ days in the past \(it is now \S+\); it will not run\n$")
+                                       r"\d+ days( \d+ \w+)* in the past \(it is now \S+\); it will not run\n"
+                                       r"checked \S+: 0 will run, 1 will not\n$")
 
 class WindowTest(unittest.TestCase):
     """issue 31, item 7: "every 45 minutes from 9:00 to 17:00 on weekdays" in one
@@ -2618,7 +2772,7 @@ class QueueTest(unittest.TestCase):
         h.now += 0.5
         h.run_workers()  # p.json's runs half a second late: not late; q.json's waits for it
         self.assertEqual([(e.filename, e.late) for _, e in h.fired], [("p.json", None), ("q.json", 3.5)])
-        self.assertIn("] (due 2026-05-04T12:01:00+00:00, late by 3 s) tick", h.fired[1][1].message)
+        self.assertIn("] (due 2026-05-04T12:01:00+00:00, late by 3 seconds) tick", h.fired[1][1].message)
 
     def test_the_last_occurrence_merged_into_a_waiting_one_that_starts_meanwhile_still_ends_the_file(self):
         """issue 30, item 10: the waiting occurrence is made the last under the
@@ -2905,7 +3059,7 @@ class ClockStepTest(unittest.TestCase):
         h.step(h.now)
         h.run_workers()
         self.assertEqual([(e.text, e.late) for _, e in h.fired], [("a", None), ("b", 1.0)])
-        self.assertTrue(h.fired[1][1].message.endswith("] (due 2025-01-01T09:02:00+00:00, late by 1 s) b"),
+        self.assertTrue(h.fired[1][1].message.endswith("] (due 2025-01-01T09:02:00+00:00, late by 1 second) b"),
                         h.fired[1][1].message)
 
     def test_backward_step_fires_nothing_twice(self):
@@ -3080,8 +3234,11 @@ class CliTest(unittest.TestCase):
     def test_the_options_that_go_together_and_the_values_they_take(self):
         args = self.arguments("--prompt", "--timezone", "Asia/Tokyo", "--channel", "C1")
         self.assertEqual((args.timezone, args.channel), ("Asia/Tokyo", "C1"))
-        for alone in (("--channel", "C1"), ("--timezone", "UTC")):
-            self.assertEqual(self.arguments(*alone), "mom_events: error: --channel and --timezone go with --prompt")
+        for alone, error in ((("--channel", "C1"), "--channel goes with --prompt"),
+                             (("--check", "--channel", "C1"), "--channel goes with --prompt"),
+                             (("--timezone", "UTC"), "--timezone goes with --prompt or --check")):
+            self.assertEqual(self.arguments(*alone), f"mom_events: error: {error}")
+        self.assertEqual(self.arguments("--check", "--timezone", "Asia/Tokyo").timezone, "Asia/Tokyo")
         self.assertEqual((self.arguments("--grace", "0").grace, self.arguments("--misfire-grace", "0").misfire_grace),
                          (0.0, 0.0))
         self.assertEqual((self.arguments().grace, self.arguments().misfire_grace), (30.0, 0.0))  # the defaults
@@ -3693,17 +3850,17 @@ class CheckLineTest(unittest.TestCase):
         (self.dir / "odd.json").write_text(json.dumps(immediate()))
         real = mom_events._check_line
 
-        def odd(path, name, now):
+        def odd(path, name, *rest):
             if name == "odd.json":
                 raise ValueError("boom")
-            return real(path, name, now)
+            return real(path, name, *rest)
         with mock.patch.object(mom_events, "_check_line", odd):
             status, out, logs = self.check(self.dir, history=self.dir)  # a directory is no history
         self.assertEqual(status, 1)
         self.assertEqual(out, ["good.json: ok: immediate on channel C1, runs on arrival",
-                               "odd.json: unexpected error while checking it: ValueError: boom"])
-        self.assertEqual(logs, [f"cannot read the history {self.dir}: Is a directory",
-                                f"checked {self.dir}: 1 will run, 1 will not"])
+                               "odd.json: unexpected error while checking it: ValueError: boom",
+                               f"checked {self.dir}: 1 will run, 1 will not"])
+        self.assertEqual(logs, [f"cannot read the history {self.dir}: Is a directory"])
         missing = self.dir / "missing"
         with self.assertLogs("mom_events", "ERROR") as logs:
             self.assertEqual(mom_events._check(str(missing)), 1)
@@ -3733,7 +3890,8 @@ class CheckLineTest(unittest.TestCase):
         path.write_text(json.dumps({"type": "periodic", "channelId": "C", "text": "x", "every": "1h"}))
         os.utime(path, (now - 5400, now - 5400))  # written an hour and a half ago (the ctime is now)
         ok, line = mom_events._check_line(str(path), "build.json", now)
-        times = [datetime.fromisoformat(t).timestamp() for t in line.split("next ")[1].split(", ")]
+        shown = re.findall(r"[\d-]+T[\d:]+[+-][\d:]+", line.split("next ")[1])
+        times = [datetime.fromisoformat(t).timestamp() for t in shown]
         self.assertEqual([round(t - now) for t in times], [1800, 5400, 9000], line)
 
     def test_unknown_fields_are_named_as_written(self):
@@ -3992,24 +4150,27 @@ class CheckTest(CliCase):
         os.mkfifo(self.events / "pipe.json")
         (self.events / "notes.txt").write_text("not an event")
         before = {p.name: p.stat().st_mtime_ns for p in self.events.iterdir()}
-        result = self.run_cli(self.events, "--check")
+        result = self.run_cli(self.events, "--check", "--timezone", "Europe/Vienna")
         self.assertEqual(result.returncode, 1)
-        lines = result.stdout.splitlines()
+        *lines, summary = result.stdout.splitlines()
+        self.assertEqual(summary, f"checked {self.events}: 3 will run, 5 will not")
         self.assertEqual([line.split(":")[0] for line in lines],
                          ["bad.json", "dir.json", "hook.json", "later.json", "noz.json", "old.json",
                           "pipe.json", "tick.json"])
         by_name = dict(line.split(": ", 1) for line in lines)
         self.assertEqual(by_name["hook.json"], "ok: immediate on channel C1, runs on arrival")
         self.assertRegex(by_name["later.json"],
-                         r"^ok: one-shot on channel C2, at 2999-01-01T09:00:00\+01:00 \(in \d{6} days\)$")
+                         r"^ok: one-shot on channel C2, at 2999-01-01T09:00:00\+01:00 \(in \d{6} days( \d+ \w+)*\)$")
         self.assertRegex(by_name["old.json"], r'^one-shot on channel C2: "at" 2001-01-01T09:00:00\+01:00 is \d{4} '
-                                              r"days in the past \(it is now [-\d]{10}T[:\d]{8}\+01:00\); "
+                                              r"days( \d+ \w+)* in the past \(it is now [-\d]{10}T[:\d]{8}\+01:00\); "
                                               r"it will not run$")
         times, after = [], datetime.now(UTC)  # next three, in the event's own timezone
         for _ in range(3):
             after = next_fire("0 9 * * *", "Europe/Vienna", after)
             times.append(after.isoformat(timespec="seconds"))
-        self.assertEqual(by_name["tick.json"], f"ok: periodic on channel C3, next {', '.join(times)}")
+        later = re.escape(", ".join(times[1:]))
+        self.assertRegex(by_name["tick.json"], r"^ok: periodic on channel C3, 0 9 \* \* \* in Europe/Vienna; next "
+                                               rf"{re.escape(times[0])} \(in [^)]+\), {later}$")
         self.assertRegex(times[0], r"T09:00:00\+0[12]:00$")
         self.assertTrue(by_name["bad.json"].startswith("invalid JSON"))
         self.assertIn("has no UTC offset", by_name["noz.json"])
@@ -4031,7 +4192,8 @@ class CheckTest(CliCase):
         result = self.run_cli(self.events, "--check")
         self.assertEqual(result.returncode, 1)
         self.assertRegex(result.stdout, r'^dentist\.json: one-shot on channel C2: "at" 2025-12-15T09:00:00\+01:00 is '
-                                        r"\d+ days in the past \(it is now \S+\+01:00\); it will not run\n$")
+                                        r"\d+ days( \d+ \w+)* in the past \(it is now \S+\+01:00\); it will not run\n"
+                                        r"checked \S+: 0 will run, 1 will not\n$")
 
     def test_rejected_files_are_listed_with_todays_reason_and_fail_the_check(self):
         self.put("tick.json", periodic())
@@ -4045,27 +4207,338 @@ class CheckTest(CliCase):
             "mv it back to fixed.json",
             "report.json.rejected: rejected: bad schedule '0 9 * * mon#6': 'mon#6': the number after '#' must be "
             "1 to 5; fix it, then mv it back to report.json (or rm it)"])
-        self.assertEqual(len(result.stdout.splitlines()), 3)
+        self.assertEqual(len(result.stdout.splitlines()), 4)
         self.assertTrue(result.stdout.splitlines()[2].startswith("tick.json: ok: "))
 
     def test_one_file_of_any_name_is_checked_as_a_draft(self):
         draft = self.events / ".dentist.json.tmp"
         draft.write_text(json.dumps(one_shot("2999-01-01T09:00:00Z", "C2")))
         self.put("bad.json", "{")  # the rest of the directory does not matter
-        result = self.run_cli(draft, "--check")
+        result = self.run_cli(draft, "--check", "--timezone", "UTC")
         self.assertEqual((result.returncode, result.stdout.split(" (in ")[0]),
-                         (0, ".dentist.json.tmp: ok: one-shot on channel C2, at 2999-01-01T09:00:00Z"))
+                         (0, ".dentist.json.tmp: ok: one-shot on channel C2, at 2999-01-01T09:00:00+00:00"))
         draft.write_text(json.dumps(immediate("C2", text=" ")))
         result = self.run_cli(draft, "--check")
-        self.assertEqual((result.returncode, result.stdout), (1, '.dentist.json.tmp: "text" is empty\n'))
+        self.assertEqual((result.returncode, result.stdout), (1, '.dentist.json.tmp: "text" is empty\n'
+                                                                 f"checked {draft}: 0 will run, 1 will not\n"))
         self.assertEqual(self.run_cli(self.events / "nope.json", "--check").returncode, 1)
 
     def test_works_beside_a_running_harness(self):
         self.put("tick.json", periodic("0 9 * * *"))
         cli = self.serve()
         result = self.run_cli(self.events, "--check")
-        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 1))
+        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 2))
         self.assertIsNone(cli.proc.poll())
+
+
+class CheckReadableTest(CliCase):
+    """Issue 31, item 3: what --check says can be read back to a user as it is: every duration exact,
+    every time in the user's zone with the event's own beside it, the flags in words, and an agenda."""
+
+    def test_a_duration_is_every_nonzero_unit_in_whole_seconds(self):
+        span = mom_events._span
+        for seconds, text in [(0, "less than a second"), (0.99, "less than a second"), (1, "1 second"),
+                              (14.9, "14 seconds"), (90, "1 minute 30 seconds"), (3600, "1 hour"),
+                              (129600, "1 day 12 hours"), (172980, "2 days 3 minutes"),
+                              (90061, "1 day 1 hour 1 minute 1 second"), (29549580, "342 days 13 minutes")]:
+            self.assertEqual(span(seconds), text)
+        size = {"day": 86400, "hour": 3600, "minute": 60, "second": 1}
+        below = {"day": math.inf, "hour": 24, "minute": 60, "second": 60}  # a larger unit takes the rest
+        rng = random.Random(31)
+        for _ in range(20000):  # 0 to ten years, half of them on a log scale so that every unit is met
+            seconds = rng.choice([rng.uniform(0, 3650 * 86400), math.exp(rng.uniform(-1, math.log(3650 * 86400)))])
+            text = span(seconds)
+            if seconds < 1:
+                self.assertEqual(text, "less than a second")
+                continue
+            words = text.split()
+            parts = [(int(count), unit, unit.removesuffix("s"))
+                     for count, unit in zip(words[::2], words[1::2], strict=True)]
+            names = [name for _, _, name in parts]
+            self.assertEqual(names, sorted(set(names), key=size.get, reverse=True), text)  # largest first, once
+            for count, unit, name in parts:
+                self.assertEqual(unit, name + ("s" if count > 1 else ""), text)
+                self.assertTrue(0 < count < below[name], text)
+            self.assertEqual(sum(count * size[name] for count, _, name in parts), int(seconds), text)
+
+    def test_the_agent_reads_how_late_exactly(self):
+        event = dataclasses.replace(parse_event(json.dumps(one_shot("2026-11-22T09:00:00Z")), "late.json"), late=14.7)
+        self.assertIn("(late by 14 seconds) remind", event.message)
+        self.assertIn("(late by 1 day 12 hours)", dataclasses.replace(event, late=129600).message)
+
+    NOW = datetime(2026, 11, 22, 9, 13, tzinfo=VIENNA).timestamp()  # a Sunday; 03:13 in New York
+    NEW_YORK = ZoneInfo("America/New_York")
+
+    def check(self, content, name="f.json", zone=NEW_YORK, now=NOW):
+        """--check's line on one file, for a user in ``zone``."""
+        put(self.events, name, content)
+        ok, line = mom_events._check_line(str(self.events / name), name, now, zone)
+        self.assertTrue(ok, line)
+        return line
+
+    def test_every_time_is_the_users_with_the_events_own_beside_it_where_it_differs(self):
+        vienna = {**periodic("0 9 * * 1-5", "C123ABC", "Check inbox and post summary", tz="Europe/Vienna"),
+                  "until": "2027-12-31T23:59:59+01:00", "catchUp": True}
+        self.assertEqual(self.check(vienna, "daily.json"),
+                         "daily.json: ok: periodic on channel C123ABC, 0 9 * * 1-5 in Europe/Vienna, "
+                         "until 2027-12-31T17:59:59-05:00 (until, as written: 2027-12-31T23:59:59+01:00), "
+                         "catches up one missed run (catchUp); "
+                         "next 2026-11-23T03:00:00-05:00 (09:00 in Europe/Vienna, in 23 hours 47 minutes), "
+                         "2026-11-24T03:00:00-05:00 (09:00 in Europe/Vienna), "
+                         "2026-11-25T03:00:00-05:00 (09:00 in Europe/Vienna); "
+                         "last run 2027-12-31T03:00:00-05:00 (09:00 in Europe/Vienna)")
+        self.assertEqual(self.check(periodic("30 8 * * *", tz="Asia/Tokyo")),  # another date there
+                         "f.json: ok: periodic on channel C1, 30 8 * * * in Asia/Tokyo; "
+                         "next 2026-11-22T18:30:00-05:00 (2026-11-23 08:30 in Asia/Tokyo, in 15 hours 17 minutes), "
+                         "2026-11-23T18:30:00-05:00 (2026-11-24 08:30 in Asia/Tokyo), "
+                         "2026-11-24T18:30:00-05:00 (2026-11-25 08:30 in Asia/Tokyo)")
+        self.assertEqual(self.check({**periodic("0 9 1 * 1", tz="America/New_York"), "botNote": "x"}),  # the user's
+                         "f.json: ok: periodic on channel C1, 0 9 1 * 1 in America/New_York; "
+                         "next 2026-11-23T09:00:00-05:00 (in 1 day 5 hours 47 minutes), 2026-11-30T09:00:00-05:00, "
+                         '2026-12-01T09:00:00-05:00; unknown field "botNote" is ignored; note: both day fields are '
+                         "restricted, so it runs on days matching either field (a + before the day-of-week asks for "
+                         "both)")
+        self.assertEqual(self.check(periodic("0 9 * * *", tz="America/Toronto")),  # another name, the same clock
+                         "f.json: ok: periodic on channel C1, 0 9 * * * in America/Toronto; "
+                         "next 2026-11-22T09:00:00-05:00 (in 5 hours 47 minutes), 2026-11-23T09:00:00-05:00, "
+                         "2026-11-24T09:00:00-05:00")
+        self.assertEqual(self.check(periodic("30 0 9 * * *", tz="Europe/Vienna")),  # seconds shown where there are
+                         "f.json: ok: periodic on channel C1, 30 0 9 * * * in Europe/Vienna; "
+                         "next 2026-11-23T03:00:30-05:00 (09:00:30 in Europe/Vienna, "
+                         "in 23 hours 47 minutes 30 seconds), "
+                         "2026-11-24T03:00:30-05:00 (09:00:30 in Europe/Vienna), "
+                         "2026-11-25T03:00:30-05:00 (09:00:30 in Europe/Vienna)")
+
+    def test_a_one_shot_shows_its_at_as_written_where_its_offset_is_not_the_users(self):
+        self.assertEqual(self.check(one_shot("2026-12-15T09:00:00+01:00", text="Remind Mario"), "dentist.json"),
+                         "dentist.json: ok: one-shot on channel C1, at 2026-12-15T03:00:00-05:00 "
+                         "(as written: 2026-12-15T09:00:00+01:00, in 22 days 23 hours 47 minutes)")
+        self.assertEqual(self.check(one_shot("2026-11-22T17:00:00-05:00")),
+                         "f.json: ok: one-shot on channel C1, at 2026-11-22T17:00:00-05:00 (in 13 hours 47 minutes)")
+        a_year_before = datetime(2025, 11, 22, 9, 13, tzinfo=VIENNA).timestamp()
+        self.assertEqual(self.check(one_shot("2026-07-01T09:00:00-04:00"), now=a_year_before),  # summer time
+                         "f.json: ok: one-shot on channel C1, at 2026-07-01T09:00:00-04:00 (in 221 days 4 hours "
+                         "47 minutes)")
+        self.assertEqual(self.check({**one_shot("2026-11-23T09:00:00"), "timezone": "Europe/Vienna"}),
+                         "f.json: ok: one-shot on channel C1, at 2026-11-23T03:00:00-05:00 "
+                         "(09:00 in Europe/Vienna, in 23 hours 47 minutes)")
+        self.assertEqual(self.check({**one_shot("2026-11-23T09:00:00"), "timezone": "America/New_York"}),
+                         "f.json: ok: one-shot on channel C1, at 2026-11-23T09:00:00-05:00 "
+                         "(in 1 day 5 hours 47 minutes)")
+
+    def test_an_interval_shows_its_start_and_until_and_the_last_run_in_words(self):
+        every = {"type": "periodic", "channelId": "C1", "text": "build", "every": "90m"}
+        self.assertEqual(self.check({**every, "start": "2026-11-22T08:00:00Z"}),
+                         "f.json: ok: periodic on channel C1, every 90m, "
+                         "from 2026-11-22T03:00:00-05:00 (start, as written: 2026-11-22T08:00:00Z); "
+                         "next 2026-11-22T04:30:00-05:00 (in 1 hour 17 minutes), 2026-11-22T06:00:00-05:00, "
+                         "2026-11-22T07:30:00-05:00")
+        self.assertEqual(self.check({**every, "every": "1h", "start": "2026-11-22T03:00:00-05:00",
+                                     "until": "2026-11-22T05:00:00-05:00"}),  # a run at until runs
+                         "f.json: ok: periodic on channel C1, every 1h, from 2026-11-22T03:00:00-05:00 (start), "
+                         "until 2026-11-22T05:00:00-05:00 (until); "
+                         "next 2026-11-22T04:00:00-05:00 (in 47 minutes), 2026-11-22T05:00:00-05:00 (the last)")
+        self.assertEqual(self.check({**every, "every": "1h", "start": "2026-11-22T03:00:00-05:00",
+                                     "until": "2026-11-22T06:59:59-05:00"}),
+                         "f.json: ok: periodic on channel C1, every 1h, from 2026-11-22T03:00:00-05:00 (start), "
+                         "until 2026-11-22T06:59:59-05:00 (until); "
+                         "next 2026-11-22T04:00:00-05:00 (in 47 minutes), 2026-11-22T05:00:00-05:00, "
+                         "2026-11-22T06:00:00-05:00 (the last)")
+        self.assertEqual(self.check({**every, "every": "1h", "start": "2026-11-22T03:00:00-05:00",
+                                     "until": "2026-11-22T07:00:00-05:00"}),
+                         "f.json: ok: periodic on channel C1, every 1h, from 2026-11-22T03:00:00-05:00 (start), "
+                         "until 2026-11-22T07:00:00-05:00 (until); "
+                         "next 2026-11-22T04:00:00-05:00 (in 47 minutes), 2026-11-22T05:00:00-05:00, "
+                         "2026-11-22T06:00:00-05:00; last run 2026-11-22T07:00:00-05:00")
+
+    def test_the_last_run_before_until_is_the_last_of_its_runs_walked_one_by_one(self):
+        rng = random.Random(3)
+        zones = ["UTC", "Europe/Vienna", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"]
+        checked = 0
+        while checked < 100:
+            until = self.NOW + rng.uniform(3600, rng.choice([2, 40]) * 86400)
+            if rng.random() < 0.3:
+                content = {"type": "periodic", "channelId": "C1", "text": "t", "every": rng.choice(["7m", "1h", "25h"])}
+            else:
+                content = periodic(_random_schedule(rng), tz=rng.choice(zones))
+            content["until"] = datetime.fromtimestamp(until, UTC).isoformat(timespec="seconds")
+            if rng.random() < 0.5:
+                content["start"] = datetime.fromtimestamp(self.NOW + rng.uniform(-86400, 5 * 86400), UTC).isoformat()
+            put(self.events, "f.json", content)
+            ok, line = mom_events._check_line(str(self.events / "f.json"), "f.json", self.NOW, self.NEW_YORK)
+            if not ok:  # no run before until
+                continue
+            event = parse_event(json.dumps(content), "f.json")
+            runs, due, mtime = [], self.NOW, (self.events / "f.json").stat().st_mtime_ns / 1e9
+            while len(runs) < 1000 and math.isfinite(due := mom_events._next_fire_ts(event, due, mtime)):
+                runs.append(due)
+            if len(runs) == 1000:  # too many to walk
+                continue
+            shown = re.findall(r"\d{4}-\d\d-\d\dT[\d:]{8}-0[45]:00(?= |,|;|$)", line.split("; next ")[1])
+            expected = [math.floor(due) for due in runs[:3] + (runs[-1:] if len(runs) > 3 else [])]  # to the second
+            self.assertEqual([datetime.fromisoformat(t).timestamp() for t in shown], expected, line)
+            self.assertEqual(line.count("the last)"), len(runs) <= 3, line)
+            checked += 1
+
+    def test_the_user_zone_is_timezone_else_the_hosts(self):
+        self.put("dentist.json", one_shot("2999-12-15T09:00:00+01:00"))
+        env = dict(os.environ, TZ="America/New_York")
+        for args, at in ((("--check",), "2999-12-15T03:00:00-05:00"),
+                         (("--check", "--timezone", "Asia/Tokyo"), "2999-12-15T17:00:00+09:00"),
+                         (("--timezone", "Europe/Vienna", "--check"), "2999-12-15T09:00:00+01:00 (in ")):
+            with self.subTest(args=args):
+                result = self.run_cli(self.events, *args, env=env)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertTrue(result.stdout.startswith(f"dentist.json: ok: one-shot on channel C1, at {at}"),
+                                result.stdout)
+        self.assertIn("--timezone goes with --prompt or --check", self.run_cli(self.events, "--timezone", "UTC").stderr)
+        self.assertIn("--channel goes with --prompt", self.run_cli(self.events, "--check", "--channel", "C1").stderr)
+
+    def agenda(self, *args, now=NOW, zone="America/New_York"):
+        """--check's stdout from the agenda's head on, in-process at ``now``."""
+        out = io.StringIO()
+        with mock.patch.object(mom_events.time, "time", return_value=now), contextlib.redirect_stdout(out):
+            mom_events._check(str(self.events), None, zone, *args)
+        *lines, summary = out.getvalue().splitlines()
+        self.assertTrue(summary.startswith(f"checked {self.events}: "), summary)
+        heads = [k for k, line in enumerate(lines) if re.match(r"(next|only|no runs|runs in)\b", line)]
+        self.assertEqual(len(heads), 1, lines)
+        return lines[heads[0]:]
+
+    def test_the_agenda_is_the_next_runs_of_every_file_that_will_run_in_time_order(self):
+        self.put("daily.json", periodic("0 9 * * 1-5", "C123ABC", "Check inbox and post summary", "Europe/Vienna"))
+        self.put("call.json", {**one_shot("2026-11-23T08:00:00-05:00", "C2", "Call the plumber\nabout the sink, "
+                                          "the one in the kitchen that has leaked since May")})
+        self.put("hook.json", immediate())  # runs on arrival: not in the agenda
+        self.put("old.json", one_shot("2026-11-01T09:00:00Z"))  # written after its time: will not run
+        late = self.events / ".late.json"
+        late.write_text(json.dumps(one_shot(self.NOW - 180, "C3", "late")))
+        os.utime(late, (self.NOW - 600, self.NOW - 600))  # written before its time: runs at once, late
+        late.rename(self.events / "late.json")
+        (self.events / "valid.json.rejected").write_text(json.dumps(one_shot("2026-11-22T05:00:00-05:00")))
+        self.assertEqual(self.agenda(4), [
+            "next 4 runs:",
+            "2026-11-22T03:13:00-05:00 (now) late.json, one-shot on channel C3: late",
+            "2026-11-23T03:00:00-05:00 (in 23 hours 47 minutes) daily.json, periodic on channel C123ABC: "
+            "Check inbox and post summary",
+            "2026-11-23T08:00:00-05:00 (in 1 day 4 hours 47 minutes) call.json, one-shot on channel C2: "
+            r"Call the plumber\nabout the sink, the one in the kitchen that…",
+            "2026-11-24T03:00:00-05:00 (in 1 day 23 hours 47 minutes) daily.json, periodic on channel C123ABC: "
+            "Check inbox and post summary"])
+        self.assertEqual(self.agenda(timedelta(hours=24)), [
+            "runs in the next 1 day:",
+            "2026-11-22T03:13:00-05:00 (now) late.json, one-shot on channel C3: late",
+            "2026-11-23T03:00:00-05:00 (in 23 hours 47 minutes) daily.json, periodic on channel C123ABC: "
+            "Check inbox and post summary"])
+        (self.events / "late.json").unlink()
+        self.assertEqual(self.agenda(timedelta(minutes=1)), ["no runs in the next 1 minute"])
+        (self.events / "daily.json").unlink()
+        self.assertEqual(self.agenda(3)[0], "only 1 run is left:")
+        (self.events / "call.json").unlink()
+        self.assertEqual(self.agenda(3), ["no runs are left"])
+
+    @staticmethod
+    def own_runs(content, mtime, now):
+        """A periodic file's runs after ``now``: an interval's by its arithmetic, a schedule's one by one."""
+        ends = datetime.fromisoformat(content["until"]).timestamp() if "until" in content else math.inf
+        if "every" in content:
+            step = mom_events._interval(content["every"])
+            due = datetime.fromisoformat(content["start"]).timestamp() if "start" in content else mtime + step
+            while due <= now:
+                due += step
+        else:
+            event = parse_event(json.dumps(content), "f.json")
+            due = mom_events._next_fire_ts(event, now, mtime)
+        while math.isfinite(due) and due <= ends:
+            yield due
+            due = due + step if "every" in content else mom_events._next_fire_ts(event, due, mtime)
+
+    def test_the_agenda_is_a_merge_of_each_files_own_runs(self):
+        """Against a plain model: each file's runs by brute force (an interval's by its arithmetic),
+        sorted together, cut at the count or the span."""
+        rng = random.Random(31)
+        schedules = ["0 9 * * 1-5", "*/30 9-17 * * 1-5", "30 8 * * *", "0 0 1 * *", "0 17 * * 5", "0 */6 * * *",
+                     "0 9 1 * 1", "0 0 0 1 1 * 2026"]
+        zones = ["UTC", "Europe/Vienna", "America/New_York", "Asia/Tokyo", "Australia/Lord_Howe"]
+        now, most, within = self.NOW, 15, self.NOW + 7 * 86400  # what any agenda drawn here can show
+        for _ in range(40):
+            for path in self.events.iterdir():
+                path.unlink()
+            expected = []
+            for i in range(rng.randint(0, 10)):
+                name, kind = f"f{i}.json", rng.choice(["cron", "every", "one-shot", "late", "immediate"])
+                mtime, runs = now - rng.uniform(1, 86400), []
+                if kind in ("cron", "every"):
+                    if kind == "cron":
+                        content = periodic(rng.choice(schedules), tz=rng.choice(zones))
+                    else:
+                        content = {"type": "periodic", "channelId": "C", "text": "t",
+                                   "every": rng.choice(["7m", "90m", "1d", "36h", "1h30m"])}
+                    begins, ends = now + rng.uniform(-86400, 2 * 86400), now + rng.uniform(1, 40 * 86400)
+                    if rng.random() < 0.5:
+                        content["start"] = datetime.fromtimestamp(begins, UTC).isoformat()
+                    if rng.random() < 0.5 and ends > begins:
+                        content["until"] = datetime.fromtimestamp(ends, UTC).isoformat()
+                    for k, due in enumerate(self.own_runs(content, mtime, now)):
+                        if k >= most and due > within:
+                            break
+                        runs.append(due)
+                elif kind in ("one-shot", "late"):
+                    due = now - rng.uniform(1, 3600) if kind == "late" else now + rng.uniform(-3 * 86400, 9 * 86400)
+                    content = one_shot(due)
+                    mtime = due - 5 if kind == "late" or due > now else due + 5  # written after its time: rejected
+                    runs = [max(due, now)] if mtime < due else []
+                else:
+                    content = immediate()
+                path = self.events / name
+                path.write_text(json.dumps(content))
+                os.utime(path, (mtime, mtime))
+                expected += [(due, name) for due in runs]
+            expected.sort()
+            upcoming = rng.choice([rng.randint(1, most), timedelta(seconds=mom_events._interval(
+                rng.choice(["1h", "90m", "36h", "7d"])))])
+            if isinstance(upcoming, timedelta):
+                expected = [(due, name) for due, name in expected if due <= now + upcoming.total_seconds()]
+            else:
+                expected = expected[:upcoming]
+            lines = self.agenda(upcoming)
+            shown = [(datetime.fromisoformat(line.split()[0]).timestamp(), line.split(") ", 1)[1].split(",")[0])
+                     for line in lines[1:]]
+            self.assertEqual(shown, [(math.floor(due), name) for due, name in expected], lines)
+            for line, (due, _) in zip(lines[1:], expected, strict=True):
+                self.assertIn("(now) " if due <= now else f" (in {mom_events._span(round(due - now))}) ", line)
+
+    def test_next_takes_a_count_or_a_span_and_goes_with_check(self):
+        self.put("tick.json", periodic("0 9 * * *", tz="America/New_York"))
+        for args, head in ((("--next", "2"), "next 2 runs:"), (("--next", "36h"), "runs in the next 1 day 12 hours:"),
+                           (("--next", "1"), "next 1 run:")):
+            with self.subTest(args=args):
+                result = self.run_cli(self.events, "--check", "--timezone", "America/New_York", *args)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                lines = result.stdout.splitlines()
+                self.assertTrue(lines[0].startswith("tick.json: ok: "), lines)
+                self.assertEqual(lines[1], head)
+                self.assertRegex(lines[2], r"^\S+T09:00:00-0[45]:00 \(in [^)]+\) tick\.json, periodic on channel C1: "
+                                           r"tick$")
+        for bad in ("0", "-1", "1w", "7d12", "²", ""):
+            self.assertIn("--next: ", self.run_cli(self.events, "--check", "--next", bad).stderr)
+        self.assertIn("--next goes with --check", self.run_cli(self.events, "--next", "3").stderr)
+
+
+class CheckSummaryTest(CliCase):
+    """Issue 31, item 8: --check's summary is its last line on stdout, with the lines it sums up."""
+
+    def test_the_summary_is_the_last_line_on_stdout_not_a_log_line(self):
+        self.put("hook.json", immediate())
+        self.put("bad.json", "{")
+        for args, last in (((self.events, "--check"), f"checked {self.events}: 1 will run, 1 will not"),
+                           ((self.events, "--check", "--next", "2"), f"checked {self.events}: 1 will run, 1 will not"),
+                           ((self.events / "hook.json", "--check"), f"checked {self.events / 'hook.json'}: 1 will run, "
+                                                                     "0 will not")):
+            with self.subTest(args=args):
+                result = self.run_cli(*args)
+                self.assertEqual(result.stdout.splitlines()[-1], last)
+                self.assertNotIn("checked", result.stderr)
 
 
 class RejectedTest(CliCase):
@@ -4115,11 +4588,11 @@ class RejectedTest(CliCase):
         self.assertEqual(records["missed"]["filename"], "missed.json")  # the agent is told
         self.assertEqual(records["one-shot"]["text"], "ontime.json")
         self.assertGreaterEqual(records["one-shot"]["late"], 2)
-        self.assertRegex(records["one-shot"]["message"], r"\] \(due \S+, late by \d+ s\) ontime\.json$")
+        self.assertRegex(records["one-shot"]["message"], r"\] \(due \S+, late by \d+ seconds\) ontime\.json$")
         self.assertEqual(records["rejected"]["filename"], "late.json")
-        self.assertRegex(records["rejected"]["message"], r'^\[EVENT:late\.json:rejected\] "at" \S+\+00:00 is \d s in '
-                                                         r"the past \(it is now \S+\+00:00\)\. The file is now "
-                                                         r"late\.json\.rejected: ")
+        self.assertRegex(records["rejected"]["message"], r'^\[EVENT:late\.json:rejected\] "at" \S+\+00:00 is '
+                                                         r"\d seconds? in the past \(it is now \S+\+00:00\)\. "
+                                                         r"The file is now late\.json\.rejected: ")
         self.assertTrue(wait_for(lambda: not (self.events / "ontime.json").exists()))
         self.assertTrue((self.events / "late.json.rejected").exists())
 
@@ -4303,7 +4776,7 @@ class PromptTest(CliCase):
         self.assertIn(".dentist.json.tmp: ok: one-shot", result.stdout)
         self.assertTrue((self.events / "dentist.json").exists())  # the check passed, so mv ran
         result = subprocess.run(check_all, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=60)
-        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 1), result.stderr)
+        self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 2), result.stderr)  # and the summary
         self.assertIn(f"`mv {self.events}/NAME.json.rejected {self.events}/NAME.json`", prompt.replace("\n", " "))
         self.assertIn("[EVENT:NAME.json:rejected]", prompt)
 
@@ -4840,7 +5313,7 @@ class KillTest(CliCase):
             self.addCleanup(standby.stop)
             self.assertTrue(wait_for(lambda: any("sign of life" in line for line in logs.output), 2))
         self.assertRegex(logs.output[-1], r"is already watched by process \d+ \(lock file \.mom_events\.lock\), and "
-                                          r"has shown no sign of life for 45 s: it may hang \(under systemd, "
+                                          r"has shown no sign of life for 45 seconds: it may hang \(under systemd, "
                                           r"WatchdogSec= replaces a harness that hangs\)$")
 
 
@@ -5191,7 +5664,8 @@ class OneLineOutputTest(unittest.TestCase):
         self.assertEqual(result.stdout.split("\n"), [r"bad\nFORGED.json.rejected: rejected: invalid JSON: Expecting "
                                                      r"property name enclosed in double quotes (line 1 column 2); "
                                                      r"fix it, then mv it back to bad\nFORGED.json (or rm it)",
-                                                     result.stdout.split("\n")[1], ""])
+                                                     result.stdout.split("\n")[1],
+                                                     f"checked {events}: 0 will run, 2 will not", ""])
         self.assertEqual(result.stdout.split("\n")[1], r"""c\rd.json: "channelId" 'C\u200bX' contains U+200B, which """
                                                         r"does not print (a chat platform's channel ID has none)")
 
@@ -5839,7 +6313,7 @@ class HistoryTest(unittest.TestCase):
         result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--check",
                                  "--history", str(path)], capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 1, result.stderr)
-        self.assertRegex(result.stdout, r"tick\.json: ok: periodic on channel C1, next .*; last: \w+ at 20")
+        self.assertRegex(result.stdout, r"tick\.json: ok: periodic on channel C1, .*; next .*; last: \w+ at 20")
         self.assertRegex(result.stdout, r'bad\.json\.rejected: rejected: "text" is empty; .*; '
                                         r'last: invalid at 20\S+ \("text" is empty\)')
         prompt = subprocess.run([sys.executable, str(HERE / "mom_events.py"), str(events), "--prompt",
@@ -5873,7 +6347,8 @@ class HistoryInEventsTest(CliCase):
                                  [(name, outcome) for name in ("a.json", "b.json")
                                   for outcome in ("queued", "started", "done")])
                 check = self.run_cli(self.events, "--check", "--history", history)
-                self.assertEqual((check.returncode, check.stdout), (0, ""), check.stderr)
+                self.assertEqual((check.returncode, check.stdout),
+                                 (0, f"checked {self.events}: 0 will run, 0 will not\n"), check.stderr)
                 self.assertEqual(self.run_cli(self.events / "history.json", "--check").returncode, 1)  # named: checked
 
 
@@ -7829,7 +8304,7 @@ class DowntimeTest(unittest.TestCase):
         self.assertEqual(sorted(ran), ["grace", "hung"])
         self.assertAlmostEqual(ran["hung"].late, 630, delta=0.01)
         self.assertEqual(ran["hung"].due, datetime.fromtimestamp(h.down_since - 30, UTC))
-        self.assertRegex(ran["grace"].message, r"\] \(due 2026-03-02T08:59:56\+00:00, late by 4 s\) grace$")
+        self.assertRegex(ran["grace"].message, r"\] \(due 2026-03-02T08:59:56\+00:00, late by 4 seconds\) grace$")
         notices = [e for _, e in h.fired if e.type == "missed"]
         self.assertEqual([(e.filename, e.channel_id) for e in notices], [("missed.json", "C2")])
         self.assertEqual(notices[0].message,
@@ -7933,7 +8408,7 @@ class DowntimeTest(unittest.TestCase):
         self.assertEqual([(e.filename, e.late, e.due) for _, e in h.fired],
                          [("fast.json", 1.0, datetime.fromtimestamp(h.now - 1, UTC))])
         self.assertRegex(h.fired[0][1].message, r"^\[EVENT:fast\.json:periodic:\* \* \* \* \* \*\] "
-                                                r"\(due 2026-03-02T08:59:59\+00:00, late by 1 s\) ")
+                                                r"\(due 2026-03-02T08:59:59\+00:00, late by 1 second\) ")
         self.assertIn("INFO:mom_events:slow.json: 10 occurrences fell due while no harness was running", logs.output)
         self.assertIn("INFO:mom_events:once.json: 1 occurrence fell due while no harness was running", logs.output)
         self.assertIn("fast.json: 10 occurrences fell due while no harness was running; running the latest now",
@@ -8253,7 +8728,8 @@ class MisfireGraceTest(unittest.TestCase):
         h.write("new.json", one_shot(h.now - 10), mtime=h.now)
         with self.assertLogs("mom_events", "ERROR") as logs:  # its one error line, kept off the suite's stderr
             h.tick(h.now + 0.1)
-        self.assertRegex(logs.output[0], r'new\.json: "at" .* is 10 s in the past .*renamed to new\.json\.rejected$')
+        self.assertRegex(logs.output[0],
+                         r'new\.json: "at" .* is 10 seconds in the past .*renamed to new\.json\.rejected$')
         self.assertEqual([e.type for _, e in h.fired], ["rejected"])
         self.assertTrue(h.exists("new.json.rejected"))
 
