@@ -3895,27 +3895,27 @@ not every 45 minutes; use `every` for that.
 
 ### Creating, checking, cancelling
 
-Write under a temporary name (names starting with `.` or not ending in `.json` are ignored), check it,
-then `mv` it into place, so the harness never reads a half-written file:
+Write a temporary name (one starting with `.` or not ending in `.json` is ignored), check it, then `mv`
+it into place, so the harness never reads a half-written file:
 ```bash
 cat > {dir}/.dentist.json.tmp <<'JSON'
 {one_shot}
 JSON
 {check} {dir}/.dentist.json.tmp --check && mv {dir}/.dentist.json.tmp {dir}/dentist.json
 ```
-- The filename is the event's identity: make it unique.
-- List: `ls {dir}/*.json`. Cancel: `rm {dir}/dentist.json` (also a run still waiting its turn).
+- A file's name is its identity: keep it unique.
+- List: `ls {dir}/*.json`. Cancel: `rm {dir}/dentist.json` (a run waiting its turn too).
 - Change: write it again; its old schedule is dropped.
 - Check them all (one line per file: its next runs and daylight saving's surprises, or what is wrong;
-  status 1 if any will not run): `{check} {dir} --check`
+  status 1 if any is wrong): `{check} {dir} --check`
 - What runs in the next 7 days, in time order: `{check} {dir} --check --next 7d`
 
 ### Rejected files
 
 A file the harness cannot run (invalid JSON, a missing or misspelt field such as `catchup`, a bad
 schedule, a time already past when written) is renamed to `NAME.json.rejected`, unchanged, and you get
-`[EVENT:NAME.json:rejected] why` on its channel. Fix it, check it, then resubmit it with
-`mv {dir}/NAME.json.rejected {dir}/NAME.json`, or `rm` it.
+`[EVENT:NAME.json:rejected] why` on its channel. Fix it, check it, and resubmit it:
+`mv {dir}/NAME.json.rejected {dir}/NAME.json` (or `rm` it).
 
 ### What you will receive
 
@@ -3995,9 +3995,11 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
 
     year_end = datetime(tomorrow.year, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()
     import shlex
-    now = f"TZ={shlex.quote(timezone)} date -Iseconds" if tz_text == timezone else "date -Iseconds"
+    known = tz_text == timezone  # an IANA name, to give the commands
+    now = f"TZ={shlex.quote(timezone)} date -Iseconds" if known else "date -Iseconds"
+    check = _check_command() + (f" --timezone {shlex.quote(timezone)}" if known else "")
     text = _PROMPT.format(
-        dir=directory, check=_check_command(), tz=timezone, tz_text=tz_text, at=at, channel=channel, now=now,
+        dir=directory, check=check, tz=timezone, tz_text=tz_text, at=at, channel=channel, now=now,
         which_channel="" if channel_id else
         " Put the channel to wake you in into `channelId`.",
         immediate=example("immediate", text="New GitHub issue opened: #42"),
@@ -4360,6 +4362,8 @@ def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None,
     if event.schedule is not None and _compile_cron(event.schedule).days.either:
         notes.append("note: both day fields are restricted, so it runs on days matching either field "
                      "(a + before the day-of-week asks for both)")
+    if verdict.action not in ("reject", "drop") and (note := _dst_note(event, now)) is not None:
+        notes.append(note)  # daylight saving's surprise, said aloud
     notes_text = "".join(f"; {note}" for note in notes)
     if verdict.action in ("reject", "drop"):
         return False, f"{name}: {what}: {verdict.reason}; it will not run{notes_text}"
@@ -4383,7 +4387,7 @@ def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None,
 def _periodic_line(what: str, event: Event, due: float, now: float, mtime: float, zone: tzinfo | None) -> str:
     """What --check says of a periodic event whose next run is ``due``: its
     schedule, its flags in words, its next three runs and its last."""
-    said = [what, f"every {event.every}" if event.every is not None else f"{event.schedule} in {event.timezone}"]
+    said = [what, f"{_when(event)}" + ("" if event.schedule is None else f" in {event.timezone}")]
     if event.start is not None:
         said.append(f"from {_bound('start', event.start, zone)}")
     if event.until is not None:
@@ -4629,8 +4633,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                              "SPAN (7d, 36h: as \"every\" reads it)")
     parser.add_argument("--channel", metavar="ID", help="with --prompt: the channel ID used in the examples")
     parser.add_argument("--timezone", type=_timezone_name, metavar="TZ",
-                        help="with --prompt: the IANA timezone the agent should assume; with --check: the one its "
-                             "times are shown in (default: the host's)")
+                        help="the user's IANA timezone (default: the host's): the one the agent should assume "
+                             "(--prompt), --check's times are shown in, and an interval's due time is given in")
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     noise.add_argument("-q", "--quiet", action="store_true", help="log only warnings and errors")
@@ -4642,8 +4646,6 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--next goes with --check")
     if args.channel is not None and not args.prompt:
         parser.error("--channel goes with --prompt")
-    if args.timezone is not None and not (args.prompt or args.check):
-        parser.error("--timezone goes with --prompt or --check")
     return args
 
 
@@ -4661,7 +4663,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.check:
         return _check(args.dir, args.history, args.timezone, args.upcoming)
-    return _serve(args)
+    status = _serve(args)
+    log.info("stopped, exit status %d", status)  # the operator sees the end
+    return status
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -4674,6 +4678,7 @@ def _serve(args: argparse.Namespace) -> int:
         if stop.is_set():  # the second signal: leave now, and leave nothing of any run behind
             if commands is not None:
                 commands.kill_all()
+            log.warning("stopped at once on a second signal, exit status %d", 128 + signum)
             os._exit(128 + signum)
         stop.set()
 
@@ -4693,7 +4698,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll, history=args.history,
                             misfire_grace=args.misfire_grace, on_halt=on_halt, standby=args.standby,
-                            notify=args.notify, systemd=True)
+                            notify=args.notify, systemd=True, timezone=args.timezone)
     try:
         watcher.start()
     except EventError as exc:

@@ -1130,7 +1130,9 @@ class LanguageTest(unittest.TestCase):
             (d / name).write_text(json.dumps(content))
             lines[name] = mom_events._check_line(str(d / name), name, now, VIENNA)
         self.assertEqual(lines["wall.json"], (True, "wall.json: ok: one-shot on channel C1, at "
-                                                    "2027-03-28T03:00:00+02:00 (in 27 days 1 hour)"))
+                                                    "2027-03-28T03:00:00+02:00 (in 27 days 1 hour); 02:30 does not "
+                                                    "exist on 2027-03-28 in Europe/Vienna (clocks go from 02:00 to "
+                                                    "03:00): runs at 03:00 CEST"))
         self.assertTrue(lines["typo.json"][0])
         self.assertTrue(lines["typo.json"][1].endswith('; unknown field "endsAt" is ignored'))
         self.assertIn("runs on days matching either field", lines["either.json"][1])
@@ -3235,10 +3237,10 @@ class CliTest(unittest.TestCase):
         args = self.arguments("--prompt", "--timezone", "Asia/Tokyo", "--channel", "C1")
         self.assertEqual((args.timezone, args.channel), ("Asia/Tokyo", "C1"))
         for alone, error in ((("--channel", "C1"), "--channel goes with --prompt"),
-                             (("--check", "--channel", "C1"), "--channel goes with --prompt"),
-                             (("--timezone", "UTC"), "--timezone goes with --prompt or --check")):
+                             (("--check", "--channel", "C1"), "--channel goes with --prompt")):
             self.assertEqual(self.arguments(*alone), f"mom_events: error: {error}")
         self.assertEqual(self.arguments("--check", "--timezone", "Asia/Tokyo").timezone, "Asia/Tokyo")
+        self.assertEqual(self.arguments("--timezone", "Asia/Tokyo").timezone, "Asia/Tokyo")  # the harness's too
         self.assertEqual((self.arguments("--grace", "0").grace, self.arguments("--misfire-grace", "0").misfire_grace),
                          (0.0, 0.0))
         self.assertEqual((self.arguments().grace, self.arguments().misfire_grace), (30.0, 0.0))  # the defaults
@@ -3293,7 +3295,7 @@ class CliTest(unittest.TestCase):
                                 capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 2)
         self.assertRegex(result.stderr, rf"^\S+ \S+ ERROR cannot watch {re.escape(str(blocker))}/events: "
-                                        r"Not a directory\n$")
+                                        r"Not a directory\n\S+ \S+ INFO stopped, exit status 2\n$")
 
     def test_default_directory_is_events(self):
         (self.dir / "events").mkdir()
@@ -4391,7 +4393,6 @@ class CheckReadableTest(CliCase):
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertTrue(result.stdout.startswith(f"dentist.json: ok: one-shot on channel C1, at {at}"),
                                 result.stdout)
-        self.assertIn("--timezone goes with --prompt or --check", self.run_cli(self.events, "--timezone", "UTC").stderr)
         self.assertIn("--channel goes with --prompt", self.run_cli(self.events, "--check", "--channel", "C1").stderr)
 
     def agenda(self, *args, now=NOW, zone="America/New_York"):
@@ -4731,7 +4732,8 @@ class PromptTest(CliCase):
             self.assertLessEqual(len(mom_events.events_prompt("/srv/bot/events", "Europe/Vienna", None, history)
                                      .split()), 1000)
         for needle in ("/srv/bot/events/dentist.json", "mv /srv/bot/events/.dentist.json.tmp", "rm ",
-                       "0 9 * * 1-5", "Europe/Vienna", "mom_events.py /srv/bot/events --check`",
+                       "0 9 * * 1-5", "Europe/Vienna",
+                       "mom_events.py --timezone Europe/Vienna /srv/bot/events --check`",
                        "[EVENT:dentist.json:one-shot:", "at most 5", "Debounce", "delete themselves"):
             self.assertIn(needle, text)
         self.assertNotIn("CHANNEL_ID", text)
@@ -4777,6 +4779,11 @@ class PromptTest(CliCase):
         self.assertTrue((self.events / "dentist.json").exists())  # the check passed, so mv ran
         result = subprocess.run(check_all, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=60)
         self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 2), result.stderr)  # and the summary
+        self.assertIn("+00:00 (in ", result.stdout)  # in the user's zone, given by the command
+        agenda = re.search(r"`([^`]+ --check --next 7d)`", prompt).group(1)
+        result = subprocess.run(agenda, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("no runs in the next 7 days", result.stdout)  # the one-shot is due in 2999
         self.assertIn(f"`mv {self.events}/NAME.json.rejected {self.events}/NAME.json`", prompt.replace("\n", " "))
         self.assertIn("[EVENT:NAME.json:rejected]", prompt)
 
@@ -4865,6 +4872,37 @@ class PromptTest(CliCase):
         self.assertIn(f'"at": "{at}"', text)
         self.assertIn(f'"until": "{datetime(tomorrow.year, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()}"', text)
         self.assertIn('{"type": "immediate", "channelId": "C-café", "text": "New GitHub', text)  # not escaped
+
+class AgentClockCliTest(CliCase):
+    """issue 31 through the CLI: the harness's last line, its user's zone,
+    and --check saying daylight saving's surprises and the window."""
+
+    def test_the_harness_says_it_stopped_and_with_what_status(self):
+        cli = self.serve()
+        second = self.run_cli(self.events)  # no directory lock to be had: status 2, said last
+        self.assertRegex(second.stderr.splitlines()[-1], r" INFO stopped, exit status 2$")
+        cli.signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+        self.assertRegex(cli.err[-1], r" INFO stopped, exit status 0$")
+
+    def test_an_intervals_due_time_is_in_the_users_zone(self):
+        start = datetime.fromtimestamp(math.floor(time.time()) + 1, UTC).isoformat()
+        self.put("tick.json", {"type": "periodic", "channelId": "C1", "text": "tick", "every": "1h", "start": start})
+        cli = self.serve("--timezone", "Asia/Kathmandu")
+        self.assertTrue(wait_for(lambda: cli.out, 5))
+        self.assertIn("+05:45) tick", cli.out[0])
+
+    def test_check_says_daylight_savings_surprises_and_the_window(self):
+        self.put("wall.json", {**one_shot("2027-03-14T02:30:00"), "timezone": "America/New_York"})
+        self.put("poll.json", {"type": "periodic", "channelId": "C1", "text": "poll", "every": "45m", "for": "8h",
+                               "schedule": "0 9 * * 1-5", "timezone": "America/New_York"})
+        lines = self.run_cli(self.events, "--check", "--timezone", "America/New_York").stdout.splitlines()
+        self.assertEqual(lines[1], "wall.json: ok: one-shot on channel C1, at 2027-03-14T03:00:00-04:00 (in "
+                                   + lines[1].split("(in ", 1)[1].split(")")[0] + "); 02:30 does not exist on "
+                                   "2027-03-14 in America/New_York (clocks go from 02:00 to 03:00): runs at 03:00 EDT")
+        self.assertTrue(lines[0].startswith("poll.json: ok: periodic on channel C1, every 45m for 8h from "
+                                            "0 9 * * 1-5 in America/New_York; next "), lines[0])
+
 
 class LockTest(CliCase):
     def test_a_second_harness_exits_2_naming_the_first(self):
