@@ -1014,14 +1014,16 @@ def _transitions(name: str, day: int) -> tuple[tuple[datetime, timedelta, timede
 
 
 @lru_cache(maxsize=1024)
-def _cron_note(expression: str, name: str, day: int) -> str | None:
+def _cron_note(expression: str, name: str, day: int, until: float) -> str | None:
     """What daylight saving next does to a cron schedule in zone ``name``, in
-    the year from day ``day``, said aloud (the rules at _Cron): a fixed time
-    of day that does not exist runs at the end of the gap, one that happens
-    twice runs on its first pass; a wildcard job skips the gap and runs in
-    both passes."""
+    the year from day ``day`` and before ``until``, said aloud (the rules at
+    _Cron): a fixed time of day that does not exist runs at the end of the
+    gap, one that happens twice runs on its first pass; a wildcard job skips
+    the gap and runs in both passes."""
     cron, tz = _compile_cron(expression), _zone(name)
     for moment, before, after in _transitions(name, day):
+        if moment.timestamp() > until:
+            break
         low, high = sorted((_naive(moment + before), _naive(moment + after)))  # the walls skipped, or repeated
         try:
             wall = cron.match_after(low - _US)
@@ -1050,7 +1052,8 @@ def _dst_note(event: Event, now: float) -> str | None:
         written = datetime.fromisoformat(_written_at(event))
         return None if written.tzinfo is not None else _wall_note(event.timezone, written)
     if event.schedule is not None and event.timezone is not None:
-        return _cron_note(event.schedule, event.timezone, math.floor(now / 86400))
+        until = _instant(event.until)
+        return _cron_note(event.schedule, event.timezone, math.floor(now / 86400), math.inf if until is None else until)
     return None
 
 
@@ -3863,11 +3866,11 @@ A wall time that daylight saving skips (02:30 on a spring-forward night) runs wh
 one it repeats runs on its first pass. Cron times of day follow the same rule, as cron does.
 
 **periodic**: runs until you delete the file: on a cron `schedule` in an IANA `timezone`; or `every` so
-long (`90m`, `1h30m`, `2d`; elapsed time), first one interval after the file is written; or both, with
-`for`: every so long, for so long, from each run of the schedule (the third example: 09:00, 09:45, ...
-16:30 on weekdays). Optional: `start` (the first run; none before it) and `until` (a run at exactly
-`until` still happens, none after; then the file is deleted), both with offsets, and `"catchUp": true`
-(below).
+long (`90m`, `1h30m`, `2d`; elapsed time), first one interval after the file is written (rewriting it
+starts anew); or both, with `for`: every so long from each run of the schedule, for so long, its end
+included (the third example: 09:00, 09:45, ... 16:30 on weekdays). Optional: `start` (the first run)
+and `until` (a run at exactly `until` still happens, none after; then the file is deleted), both with
+offsets, and `"catchUp": true` (below).
 ```json
 {periodic}
 ```
@@ -3906,8 +3909,8 @@ JSON
 - A file's name is its identity: keep it unique.
 - List: `ls {dir}/*.json`. Cancel: `rm {dir}/dentist.json` (a run waiting its turn too).
 - Change: write it again; its old schedule is dropped.
-- Check them all (one line per file: its next runs and daylight saving's surprises, or what is wrong;
-  status 1 if any is wrong): `{check} {dir} --check`
+- Check them all (one line per file: its next runs and daylight saving's surprises, or what is wrong):
+  `{check} {dir} --check`. If a check fails, fix the temporary file, or `rm` it.
 - What runs in the next 7 days, in time order: `{check} {dir} --check --next 7d`
 
 ### Rejected files
@@ -3936,8 +3939,7 @@ however long ago.
 
 ### Limits and debouncing
 
-Each channel runs one event at a time, and at most 5 more can wait; beyond that an event is discarded
-(and its file deleted, unless periodic). Debounce a program that reports many things: let it append items
+Each channel runs one event at a time; at most 5 more wait, and the rest are discarded. Debounce a program that reports many things: let it append items
 to a file, and write an event only when none is pending:
 ```bash
 echo "$ITEM" >> {dir}/.inbox-items

@@ -646,6 +646,14 @@ class DaylightSavingSaidTest(unittest.TestCase):
                                  f"{zone}: it runs in both passes ({(low.replace(tzinfo=tz, fold=0)).tzname()}, then "
                                  f"{(low.replace(tzinfo=tz, fold=1)).tzname()})")
 
+    def test_nothing_is_said_of_a_day_after_until(self):
+        """The agent trial: an hourly check until the year's end was told of March's gap."""
+        hourly = {**periodic("0 * * * *", tz="America/New_York"), "until": "2026-12-31T23:59:59-05:00"}
+        now = utc(2026, 11, 25).timestamp()
+        self.assertIsNone(mom_events._dst_note(parse_event(json.dumps(hourly), "b.json"), now))
+        del hourly["until"]
+        self.assertIn("2027-03-14", mom_events._dst_note(parse_event(json.dumps(hourly), "b.json"), now))
+
     def test_nothing_is_said_of_times_daylight_saving_leaves_alone(self):
         now = utc(2027, 1, 1).timestamp()
         for data in (periodic("0 9 * * *", tz="Europe/Vienna"), periodic("30 2 * * *", tz="UTC"),
@@ -4770,7 +4778,7 @@ class PromptTest(CliCase):
         draft and the directory; it explains rejected files."""
         prompt = self.run_cli(self.events, "--prompt", "--channel", "C1", "--timezone", "UTC").stdout
         draft_line = next(line for line in prompt.splitlines() if "--check &&" in line)
-        check_all = re.search(r"`([^`]+ --check)`$", prompt, re.M).group(1)
+        check_all = re.search(r"`([^`]+ --check)`", prompt).group(1)
         elsewhere = temp_dir(self, "mom_events_cwd_")
         (self.events / ".dentist.json.tmp").write_text(json.dumps(one_shot("2999-01-01T09:00:00Z", "C1")))
         result = subprocess.run(draft_line, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=60)
