@@ -398,41 +398,26 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
 
 def _resembled(key: str) -> str | None:
     """The known field that an unknown ``key`` is a near miss of, if any: the
-    same but for case, ``_`` and ``-`` (``catchup``, ``channel_id``), or one
-    edit away from a field of 5 to 7 letters (``untill``), two from a longer
-    one (``scheduel``, ``channel``).  Further off, it is a bot's own key: a
-    field that short, or a second edit, would catch a bot's ``state``."""
-    typed = key.lower().replace("_", "").replace("-", "")
-    nearest: tuple[int, str] | None = None
-    for name in sorted(_ALL_FIELDS):
-        known = name.lower()
-        allowed = 0 if len(known) < 5 else 1 if len(known) < 8 else 2
-        if abs(len(typed) - len(known)) > allowed or len(set(typed) - set(known)) > allowed:
-            continue  # quickly: each edit adds at most one character, and one letter the known key lacks
-        if (edits := _edits(typed, known)) <= allowed:
-            nearest = min(nearest or (edits, name), (edits, name))
-    return None if nearest is None else nearest[1]
+    same but for case, ``_`` and ``-`` (``catchup``, ``channel_id``), or, for
+    a field of 5 letters or more, one letter added, dropped, changed or
+    swapped with the next (``untill``, ``evrey``).  Further off it is a bot's
+    own key (``state``, ``channels``, ``timeZoneId``)."""
+    typed, known = key.lower().replace("_", "").replace("-", ""), sorted(_ALL_FIELDS)
+    return next((name for name in known if typed == name.lower()),
+                next((name for name in known if len(name) >= 5 and _one_edit(typed, name.lower())), None))
 
 
-def _edits(a: str, b: str) -> int:
-    """The Damerau-Levenshtein distance of ``a`` and ``b``: the fewest
-    insertions, deletions, substitutions and swaps of adjacent characters
-    that make one the other (Lowrance and Wagner's algorithm)."""
-    far = len(a) + len(b)
-    rows: list[list[int]] = [[far] * (len(b) + 2), [far, *range(len(b) + 1)]]
-    rows += [[far, i] + [0] * len(b) for i in range(1, len(a) + 1)]
-    last_row: dict[str, int] = {}  # where each character of a was last seen
-    for i in range(1, len(a) + 1):
-        last_column = 0  # where b last matched a[i - 1]
-        for j in range(1, len(b) + 1):
-            k, m = last_row.get(b[j - 1], 0), last_column
-            cost = int(a[i - 1] != b[j - 1])
-            if not cost:
-                last_column = j
-            rows[i + 1][j + 1] = min(rows[i][j] + cost, rows[i + 1][j] + 1, rows[i][j + 1] + 1,
-                                     rows[k][m] + (i - k - 1) + 1 + (j - m - 1))
-        last_row[a[i - 1]] = i
-    return rows[len(a) + 1][len(b) + 1]
+def _one_edit(a: str, b: str) -> bool:
+    """Is ``a`` one letter added to, dropped from, changed in or swapped with
+    the next in ``b``?"""
+    if len(a) < len(b):
+        a, b = b, a
+    if len(a) - len(b) > 1 or a == b:
+        return False
+    at = next((i for i in range(len(b)) if a[i] != b[i]), len(b))  # the first difference
+    if len(a) > len(b):
+        return a[at + 1:] == b[at:]
+    return a[at + 1:] == b[at + 1:] or a[at:at + 2] == b[at:at + 2][::-1] and a[at + 2:] == b[at + 2:]
 
 
 def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str, zone: str | None) -> Event:
@@ -1014,14 +999,16 @@ def _transitions(name: str, day: int) -> tuple[tuple[datetime, timedelta, timede
 
 
 @lru_cache(maxsize=1024)
-def _cron_note(expression: str, name: str, day: int, until: float) -> str | None:
+def _cron_note(expression: str, name: str, day: int, since: float, until: float) -> str | None:
     """What daylight saving next does to a cron schedule in zone ``name``, in
-    the year from day ``day`` and before ``until``, said aloud (the rules at
+    the year from day ``day``, between ``since`` and ``until``, said aloud (the rules at
     _Cron): a fixed time of day that does not exist runs at the end of the
     gap, one that happens twice runs on its first pass; a wildcard job skips
     the gap and runs in both passes."""
     cron, tz = _compile_cron(expression), _zone(name)
     for moment, before, after in _transitions(name, day):
+        if moment.timestamp() < since:
+            continue
         if moment.timestamp() > until:
             break
         low, high = sorted((_naive(moment + before), _naive(moment + after)))  # the walls skipped, or repeated
@@ -1052,8 +1039,9 @@ def _dst_note(event: Event, now: float) -> str | None:
         written = datetime.fromisoformat(_written_at(event))
         return None if written.tzinfo is not None else _wall_note(event.timezone, written)
     if event.schedule is not None and event.timezone is not None:
-        until = _instant(event.until)
-        return _cron_note(event.schedule, event.timezone, math.floor(now / 86400), math.inf if until is None else until)
+        begins, ends = _instant(event.start), _instant(event.until)
+        since, until = -math.inf if begins is None else begins, math.inf if ends is None else ends
+        return _cron_note(event.schedule, event.timezone, math.floor(max(now, since) / 86400), since, until)
     return None
 
 
@@ -1260,10 +1248,10 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
     due = _at_of(event).timestamp()
     if due > now:
         return _Verdict("schedule", due)
-    if startup is None:  # judged by when it was written, not by when a poll saw it
-        if mtime_ns < due * 1e9:
-            return _Verdict("run", due, now - due, f"written before its time {event.at} but seen after it")
+    if mtime_ns >= due * 1e9:  # written after its time: the writer's mistake, whoever was running
         return _Verdict("reject", due, reason=_past_reason(event, now))
+    if startup is None:  # judged by when it was written, not by when a poll saw it
+        return _Verdict("run", due, now - due, f"written before its time {event.at} but seen after it")
     if startup.down_since is not None:  # every start is a takeover
         if due < startup.down_since:
             return _Verdict("run", due, now - due, f"one-shot was due at {event.at}, while a harness was running")
@@ -3809,15 +3797,20 @@ class EventsWatcher:
 
 
 def _host_timezone() -> str | None:
-    """The host's IANA timezone name, from ``TZ``, ``/etc/localtime`` or
-    ``/etc/timezone``; None when none of them names one."""
-    candidates = [os.environ.get("TZ", "").removeprefix(":"),
-                  os.path.realpath("/etc/localtime").partition("/zoneinfo/")[2]]
-    try:
-        with open("/etc/timezone", encoding="utf-8") as file:
-            candidates.append(file.read().strip())
-    except (OSError, UnicodeDecodeError):
-        pass
+    """The host's IANA timezone name: ``TZ``'s when it is set (a name, or a
+    path into a zoneinfo tree; a POSIX rule such as ``EST5EDT,M3.2.0,M11.1.0``
+    names none), else ``/etc/localtime``'s or ``/etc/timezone``'s; None when
+    none of them names one, as the host's clock follows ``TZ`` alone."""
+    tz = os.environ.get("TZ", "").removeprefix(":")
+    if tz:
+        candidates = [tz.partition("/zoneinfo/")[2] if "/zoneinfo/" in tz else tz]
+    else:
+        candidates = [os.path.realpath("/etc/localtime").partition("/zoneinfo/")[2]]
+        try:
+            with open("/etc/timezone", encoding="utf-8") as file:
+                candidates.append(file.read().strip())
+        except (OSError, UnicodeDecodeError):
+            pass
     for name in candidates:
         if name and not name.startswith("/"):
             try:
@@ -3868,8 +3861,8 @@ one it repeats runs on its first pass. Cron times of day follow the same rule, a
 **periodic**: runs until you delete the file: on a cron `schedule` in an IANA `timezone`; or `every` so
 long (`90m`, `1h30m`, `2d`; elapsed time), first one interval after the file is written (rewriting it
 starts anew); or both, with `for`: every so long from each run of the schedule, for so long, its end
-included (the third example: 09:00, 09:45, ... 16:30 on weekdays). Optional: `start` (the first run)
-and `until` (a run at exactly `until` still happens, none after; then the file is deleted), both with
+included (the third example: 09:00, 09:45, ... 16:30 on weekdays). Optional: `start` (no run before
+it) and `until` (a run at exactly `until` still happens, none after; then the file is deleted), both with
 offsets, and `"catchUp": true` (below).
 ```json
 {periodic}
@@ -3901,24 +3894,24 @@ not every 45 minutes; use `every` for that.
 Write a temporary name (one starting with `.` or not ending in `.json` is ignored), check it, then `mv`
 it into place, so the harness never reads a half-written file:
 ```bash
-cat > {dir}/.dentist.json.tmp <<'JSON'
+cat > {qdir}/.dentist.json.tmp <<'JSON'
 {one_shot}
 JSON
-{check} {dir}/.dentist.json.tmp --check && mv {dir}/.dentist.json.tmp {dir}/dentist.json
+{check} {qdir}/.dentist.json.tmp --check && mv {qdir}/.dentist.json.tmp {qdir}/dentist.json
 ```
 - A file's name is its identity: keep it unique.
-- List: `ls {dir}/*.json`. Cancel: `rm {dir}/dentist.json` (a run waiting its turn too).
+- List: `ls {qdir}/*.json`. Cancel: `rm {qdir}/dentist.json` (a run waiting its turn too).
 - Change: write it again; its old schedule is dropped.
 - Check them all (one line per file: its next runs and daylight saving's surprises, or what is wrong):
-  `{check} {dir} --check`. If a check fails, fix the temporary file, or `rm` it.
-- What runs in the next 7 days, in time order: `{check} {dir} --check --next 7d`
+  `{check} {qdir} --check`. If a check fails, fix the temporary file, or `rm` it.
+- What runs in the next 7 days, in time order: `{check} {qdir} --check --next 7d`
 
 ### Rejected files
 
 A file the harness cannot run (invalid JSON, a missing or misspelt field such as `catchup`, a bad
 schedule, a time already past when written) is renamed to `NAME.json.rejected`, unchanged, and you get
 `[EVENT:NAME.json:rejected] why` on its channel. Fix it, check it, and resubmit it:
-`mv {dir}/NAME.json.rejected {dir}/NAME.json` (or `rm` it).
+`mv {qdir}/NAME.json.rejected {qdir}/NAME.json` (or `rm` it).
 
 ### What you will receive
 
@@ -3927,7 +3920,7 @@ schedule, a time already past when written) is renamed to `NAME.json.rejected`, 
 ```
 or `[EVENT:name.json:immediate] text`, `[EVENT:name.json:periodic:every 90m] (due ...) text`. `due`
 says which run this is, in the event's timezone (an `every`'s in {tz}); `, late by 3 minutes` follows
-when the run starts a second or more after it (a busy channel, a harness down). Write `text` as an
+when the run starts late (a busy channel, a harness down). Write `text` as an
 instruction to your future self.
 
 ### When the harness was down
@@ -3939,13 +3932,13 @@ however long ago.
 
 ### Limits and debouncing
 
-Each channel runs one event at a time; at most 5 more wait, and the rest are discarded. Debounce a program that reports many things: let it append items
-to a file, and write an event only when none is pending:
+Each channel runs one event at a time; at most 5 more wait, and the rest are discarded. Debounce a
+program that reports many things: let it append items to a file, and write an event only when none is
+pending:
 ```bash
-echo "$ITEM" >> {dir}/.inbox-items
-[ -e {dir}/inbox.json ] || {{
-  echo '{{"type": "immediate", "channelId": "{channel}", "text": "New items in {dir}/.inbox-items"}}' \\
-    > {dir}/.inbox.json.tmp && mv {dir}/.inbox.json.tmp {dir}/inbox.json; }}
+echo "$ITEM" >> {qdir}/.inbox-items
+[ -e {qdir}/inbox.json ] || {{
+  echo {inbox} > {qdir}/.inbox.json.tmp && mv {qdir}/.inbox.json.tmp {qdir}/inbox.json; }}
 ```
 """
 
@@ -3975,9 +3968,13 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
                   history: str | os.PathLike[str] | None = None) -> str:
     """A Markdown section for an agent's system prompt that teaches it to
     schedule, inspect and cancel its own events.  ``timezone`` is the one the
-    agent should assume (default: the host's); an unknown name raises
-    ValueError.  ``history``: the harness's history file, if it keeps one."""
+    agent should assume (default: the host's); an unknown name, or a
+    ``channel_id`` no file could name, raises ValueError.  ``history``: the
+    harness's history file, if it keeps one."""
+    import shlex
     directory = os.fspath(events_dir).rstrip("/") or "/"
+    if channel_id is not None and (fault := _channel_fault(channel_id)) is not None:
+        raise ValueError(f"channel ID {channel_id!r} {fault}")
     if timezone is None:
         timezone = _host_timezone()
     tz_text = timezone
@@ -3996,14 +3993,12 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
         return json.dumps({"type": kind, "channelId": channel, **fields}, ensure_ascii=False)
 
     year_end = datetime(tomorrow.year, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()
-    import shlex
     known = tz_text == timezone  # an IANA name, to give the commands
     now = f"TZ={shlex.quote(timezone)} date -Iseconds" if known else "date -Iseconds"
     check = _check_command() + (f" --timezone {shlex.quote(timezone)}" if known else "")
     text = _PROMPT.format(
-        dir=directory, check=check, tz=timezone, tz_text=tz_text, at=at, channel=channel, now=now,
-        which_channel="" if channel_id else
-        " Put the channel to wake you in into `channelId`.",
+        dir=directory, qdir=shlex.quote(directory), check=check, tz=timezone, tz_text=tz_text, at=at, now=now,
+        which_channel="" if channel_id else " Put the channel to wake you in into `channelId`.",
         immediate=example("immediate", text="New GitHub issue opened: #42"),
         one_shot=example("one-shot", text="Remind Mario about the dentist at 10:00", at=at),
         one_shot_wall=example("one-shot", text="Call the plumber", at=f"{tomorrow.isoformat()}T17:00:00",
@@ -4011,6 +4006,7 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
         periodic=example("periodic", text="Check the inbox and post a summary", schedule="0 9 * * 1-5",
                          timezone=timezone, until=year_end),
         interval=example("periodic", text="Check the build", every="90m"),
+        inbox=shlex.quote(example("immediate", text=f"New items in {directory}/.inbox-items")),
         window=example("periodic", text="Poll the deploy queue", every="45m", **{"for": "8h"},
                        schedule="0 9 * * 1-5", timezone=timezone))
     if history is not None:
@@ -4432,7 +4428,10 @@ def _last_run(event: Event, after: float, mtime: float) -> float:
 def _shown(when: float, zone: tzinfo | None, *remarks: str | None) -> str:
     """An instant as --check shows it: in the user's ``zone`` (None: the
     host's), ISO 8601 to the second, and the ``remarks`` that are given."""
-    text = datetime.fromtimestamp(when, UTC).astimezone(zone).isoformat(timespec="seconds")
+    try:
+        text = datetime.fromtimestamp(when, UTC).astimezone(zone).isoformat(timespec="seconds")
+    except OverflowError:  # the year 10000 there: say it in UTC
+        text = datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds")
     said = [remark for remark in remarks if remark]
     return f"{text} ({', '.join(said)})" if said else text
 
@@ -4441,8 +4440,11 @@ def _own_clock(when: float, event: Event, zone: tzinfo | None) -> str | None:
     """What the event's own clock reads at ``when``, where the user's reads
     otherwise: its ``timezone``'s wall time (an interval has no zone of its
     own), or a one-shot's ``at`` as written."""
-    mine = datetime.fromtimestamp(when, UTC).astimezone(zone)
-    if event.timezone is not None and event.every is None:
+    try:
+        mine = datetime.fromtimestamp(when, UTC).astimezone(zone)
+    except OverflowError:  # past the year 9999 there (_shown says it in UTC)
+        return None
+    if event.timezone is not None and (event.schedule is not None or event.type == "one-shot"):
         own = datetime.fromtimestamp(when, _zone(event.timezone))
         if _utc_offset(own) == _utc_offset(mine):
             return None
@@ -4476,10 +4478,13 @@ def _agenda(agenda: _Agenda, upcoming: int | timedelta, now: float, zone: tzinfo
     merged = heapq.merge(*(zip(runs, itertools.repeat(label)) for runs, label in agenda))
     if isinstance(upcoming, timedelta):
         end, span = now + upcoming.total_seconds(), _span(upcoming.total_seconds())
-        shown = list(itertools.takewhile(lambda run: run[0] <= end, merged))
+        shown = list(itertools.islice(itertools.takewhile(lambda run: run[0] <= end, merged), _AGENDA_MOST + 1))
         head = f"runs in the next {span}:" if shown else f"no runs in the next {span}"
+        if len(shown) > _AGENDA_MOST:
+            del shown[_AGENDA_MOST:]
+            head = f"the first {_AGENDA_MOST} runs in the next {span} (there are more):"
     else:
-        shown = list(itertools.islice(merged, min(upcoming, sys.maxsize)))
+        shown = list(itertools.islice(merged, upcoming))
         count = len(shown)
         if count == upcoming:
             head = f"next {count} run{'s' if count > 1 else ''}:"
@@ -4571,15 +4576,18 @@ def _seconds(text: str, zero_ok: bool = False) -> float:
     return value
 
 
+_AGENDA_MOST = 10_000  # runs an agenda shows: a span of a file every second is 604,800 a week
+
+
 def _upcoming(text: str) -> int | timedelta:
     """--next: a whole count of runs, or a span as ``every`` reads one (7d, 36h)."""
-    if text.isascii() and text.isdigit() and int(text) > 0:
+    if text.isascii() and text.isdigit() and 0 < int(text[:6]) <= _AGENDA_MOST and len(text) <= 6:
         return int(text)
     try:
         return timedelta(seconds=_interval(text))
     except EventError:
-        raise argparse.ArgumentTypeError(f"not a count of runs (1 or more) nor a span such as 7d or 36h: "
-                                         f"{_clip(text)!r}") from None
+        raise argparse.ArgumentTypeError(f"not a count of runs (1 to {_AGENDA_MOST}) nor a span such as 7d or "
+                                         f"36h: {_clip(text)!r}") from None
 
 
 def _timezone_name(text: str) -> str:
@@ -4587,6 +4595,12 @@ def _timezone_name(text: str) -> str:
         _zone(text)
     except _CronError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _channel_id(text: str) -> str:
+    if (fault := _channel_fault(text)) is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {fault}")
     return text
 
 
@@ -4633,7 +4647,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--next", type=_upcoming, metavar="N|SPAN", dest="upcoming",
                         help="with --check: then list the next N runs of all files in time order, or those within "
                              "SPAN (7d, 36h: as \"every\" reads it)")
-    parser.add_argument("--channel", metavar="ID", help="with --prompt: the channel ID used in the examples")
+    parser.add_argument("--channel", type=_channel_id, metavar="ID",
+                        help="with --prompt: the channel ID used in the examples")
     parser.add_argument("--timezone", type=_timezone_name, metavar="TZ",
                         help="the user's IANA timezone (default: the host's): the one the agent should assume "
                              "(--prompt), --check's times are shown in, and an interval's due time is given in")

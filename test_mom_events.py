@@ -646,6 +646,14 @@ class DaylightSavingSaidTest(unittest.TestCase):
                                  f"{zone}: it runs in both passes ({(low.replace(tzinfo=tz, fold=0)).tzname()}, then "
                                  f"{(low.replace(tzinfo=tz, fold=1)).tzname()})")
 
+    def test_nothing_is_said_of_a_day_before_start(self):
+        later = {**periodic("30 2 * * *", tz="America/New_York"), "start": "2027-04-01T00:00:00Z"}
+        note = mom_events._dst_note(parse_event(json.dumps(later), "s.json"), utc(2026, 11, 25).timestamp())
+        self.assertIn("2028-03-12", note)  # the next such day once it has started: not 2027-03-14
+        later["start"] = "2027-03-01T00:00:00Z"
+        self.assertIn("2027-03-14", mom_events._dst_note(parse_event(json.dumps(later), "s.json"),
+                                                          utc(2026, 11, 25).timestamp()))
+
     def test_nothing_is_said_of_a_day_after_until(self):
         """The agent trial: an hourly check until the year's end was told of March's gap."""
         hourly = {**periodic("0 * * * *", tz="America/New_York"), "until": "2026-12-31T23:59:59-05:00"}
@@ -1289,7 +1297,7 @@ class LanguageTest(unittest.TestCase):
 
 
 class MisspeltKeyTest(unittest.TestCase):
-    """Issue 31, item 4: a key that is a known one misspelt (its case, an edit or two) is an error naming
+    """Issue 31, item 4: a key that is a known one misspelt (its case, an edit) is an error naming
     the key it resembles, and the file is rejected like any bad one; a bot's own keys stay allowed."""
 
     BOTS = ["id", "name", "source", "author", "createdBy", "created_at", "createdAt", "updatedAt", "priority",
@@ -1299,12 +1307,13 @@ class MisspeltKeyTest(unittest.TestCase):
             "event", "repeat", "count", "label", "category", "deadline", "due", "reminder", "timestamp", "ttl",
             "expires", "origin", "requestId", "messageId", "channelName", "botId", "replyTo", "locale", "lang",
             "tz", "zone", "date", "time", "stage", "interval", "cron", "recurrence", "startsAt", "endsAt", "end",
-            "emoji", "parentId", "traceId", "snooze", "timer", "ticket", "summary", "text_html", "attachments"]
+            "emoji", "parentId", "traceId", "snooze", "timer", "ticket", "summary", "text_html", "attachments",
+            "channel", "channels", "channelTs", "timeZoneId", "scheduleId", "schedule_id"]  # two edits off
     MISSPELT = {"catchup": "catchUp", "catch_up": "catchUp", "CatchUp": "catchUp", "catch-up": "catchUp",
                 "catchUP": "catchUp", "cathcUp": "catchUp", "timeZone": "timezone", "time_zone": "timezone",
                 "TimeZone": "timezone", "timzone": "timezone", "tiemzone": "timezone", "timezones": "timezone",
                 "channelID": "channelId", "channel_id": "channelId", "ChannelId": "channelId",
-                "channel": "channelId", "chanelId": "channelId", "channnelId": "channelId", "untill": "until",
+                "chanelId": "channelId", "channnelId": "channelId", "untill": "until",
                 "Until": "until", "untl": "until", "unitl": "until", "evrey": "every", "Every": "every",
                 "evry": "every", "strat": "start", "Start": "start", "starts": "start", "scheduel": "schedule",
                 "Schedule": "schedule", "shedule": "schedule", "schedul": "schedule", "scehdule": "schedule",
@@ -1369,7 +1378,7 @@ class MisspeltKeyTest(unittest.TestCase):
                 continue
             typed = key.lower().replace("_", "").replace("-", "")
             levels = {name: _model_distance(typed, name.lower()) for name in known}
-            near = [name for name in known if levels[name] <= (0 if len(name) < 5 else 1 if len(name) < 8 else 2)]
+            near = [name for name in known if levels[name] <= (0 if len(name) < 5 else 1)]
             error = self.parse(key, {"type": "periodic", "channelId": "C", "text": "t", "every": "1h"})
             with self.subTest(key=key):
                 if near:
@@ -1885,8 +1894,8 @@ class StartupTest(unittest.TestCase):
 
     def test_past_one_shot_is_deleted_and_future_one_is_kept(self):
         h = Harness(self)
-        h.write("past.json", one_shot(h.now - 1))
-        h.write("now.json", one_shot(h.now))
+        h.write("past.json", one_shot(h.now - 1), mtime=h.now - 86400 * 700)
+        h.write("now.json", one_shot(h.now), mtime=h.now - 86400 * 700)
         h.write("future.json", one_shot(h.now + 60))
         h.start()
         self.assertEqual(sorted((e.filename, e.type) for _, e in h.fired),
@@ -2126,6 +2135,15 @@ class WindowTest(unittest.TestCase):
                                  "Mon 12:45", "Mon 13:30", "Mon 14:15", "Mon 15:00", "Mon 15:45", "Mon 16:30"])
         self.assertEqual(h.fired[1][1].message, "[EVENT:poll.json:periodic:every 45m for 8h from 0 9 * * 1-5] "
                                                 "(due 2027-03-15T09:00:00-04:00) poll")
+
+    def test_check_shows_the_schedules_own_clock_beside_each_run(self):
+        d = temp_dir(self, "mom_events_window_check_")
+        put(d, "w.json", self.window(zone="Europe/Vienna"))
+        ok, line = mom_events._check_line(str(d / "w.json"), "w.json", utc(2026, 11, 25, 12).timestamp(),
+                                          ZoneInfo("America/New_York"))
+        self.assertTrue(ok)
+        self.assertIn("next 2026-11-25T07:30:00-05:00 (13:30 in Europe/Vienna, in 30 minutes), "
+                      "2026-11-25T08:15:00-05:00 (14:15 in Europe/Vienna)", line)
 
     def test_mistakes_are_said(self):
         for fields, reason in (
@@ -4583,6 +4601,7 @@ class RejectedTest(CliCase):
 
     def test_a_one_shot_is_judged_by_when_it_was_written(self):
         self.put("missed.json", one_shot(time.time() - 2, "C1", text="missed"))  # at start-up: missed, as before
+        os.utime(self.events / "missed.json", (time.time() - 60, time.time() - 60))  # written before its time
         cli = self.serve("--json")
         self.assertFalse((self.events / "missed.json").exists() or (self.events / "missed.json.rejected").exists())
         due = time.time() - 2
@@ -4857,8 +4876,11 @@ class PromptTest(CliCase):
         zoneinfo = "/usr/share/zoneinfo/America/New_York"
         self.assertEqual(self.host_timezone(":Europe/Vienna", zoneinfo, "Asia/Tokyo"), "Europe/Vienna")
         self.assertEqual(self.host_timezone(None, zoneinfo, "Asia/Tokyo"), "America/New_York")
-        self.assertEqual(self.host_timezone("Nowhere/Land", "/etc/localtime", "Asia/Tokyo\n"), "Asia/Tokyo")
-        self.assertEqual(self.host_timezone("/usr/share/zoneinfo/UTC", "/etc/localtime", None), None)
+        self.assertEqual(self.host_timezone(None, "/etc/localtime", "Asia/Tokyo\n"), "Asia/Tokyo")
+        self.assertIsNone(self.host_timezone("Nowhere/Land", zoneinfo, "Asia/Tokyo"))  # TZ alone decides
+        self.assertIsNone(self.host_timezone("EST5EDT,M3.2.0,M11.1.0", zoneinfo, "Asia/Tokyo"))  # a POSIX rule
+        self.assertEqual(self.host_timezone(":/usr/share/zoneinfo/Asia/Tokyo", zoneinfo, None), "Asia/Tokyo")
+        self.assertEqual(self.host_timezone("/usr/share/zoneinfo/UTC", "/etc/localtime", None), "UTC")
         self.assertIsNone(self.host_timezone("", "/etc/localtime", None))
         self.assertIsNone(self.host_timezone("Nowhere/Land", "/usr/share/zoneinfo/Mars/Olympus", "Moon/Base"))
 
@@ -4910,6 +4932,51 @@ class AgentClockCliTest(CliCase):
                                    "2027-03-14 in America/New_York (clocks go from 02:00 to 03:00): runs at 03:00 EDT")
         self.assertTrue(lines[0].startswith("poll.json: ok: periodic on channel C1, every 45m for 8h from "
                                             "0 9 * * 1-5 in America/New_York; next "), lines[0])
+
+
+class AgentClockFaultTest(CliCase):
+    """What the adversarial pass of issue 31 found, each as it reproduced it."""
+
+    def test_the_manuals_commands_work_in_a_directory_with_a_space_and_a_quote(self):
+        events = self.dir / "my events' dir"
+        prompt = self.run_cli(events, "--prompt", "--channel", "C1", "--timezone", "UTC").stdout
+        blocks = re.findall(r"```bash\n(.*?)```", prompt, re.S)
+        draft = blocks[0].replace(json.dumps(json.loads(blocks[0].split("\n")[1])),
+                                  json.dumps(one_shot("2999-01-01T09:00:00Z", "C1")))
+        events.mkdir()
+        result = subprocess.run(["bash", "-c", draft], capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue((events / "dentist.json").exists())
+        result = subprocess.run(["bash", "-c", blocks[1]], capture_output=True, text=True, timeout=60,
+                                env=dict(os.environ, ITEM="an item"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(parse_event((events / "inbox.json").read_text(), "inbox.json").text,
+                         f"New items in {events}/.inbox-items")
+        self.assertEqual(self.run_cli(events, "--prompt", "--channel", "C1 x").returncode, 2)
+
+    def test_a_one_shot_written_after_its_time_while_no_harness_ran_is_rejected_not_run(self):
+        first = self.serve()
+        first.signal(signal.SIGTERM)
+        self.assertEqual(first.finish(), 0)
+        self.put("past.json", one_shot(time.time() - 3600, "C1", "past"))
+        cli = self.serve("--json")
+        self.assertTrue(wait_for(lambda: (self.events / "past.json.rejected").exists(), 5))
+        self.assertTrue(wait_for(lambda: cli.out, 5))
+        self.assertEqual([json.loads(line)["type"] for line in cli.out], ["rejected"])
+
+    def test_check_at_the_end_of_time_in_a_zone_past_it_says_it_in_utc(self):
+        self.put("end.json", one_shot("9999-12-31T23:00:00+00:00"))
+        result = self.run_cli(self.events, "--check", "--timezone", "Pacific/Kiritimati")
+        self.assertEqual(result.returncode, 0, result.stdout)
+        self.assertIn("at 9999-12-31T23:00:00+00:00 (in ", result.stdout)
+
+    def test_the_agenda_is_bounded(self):
+        self.put("fast.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "1s"})
+        self.assertEqual(self.run_cli(self.events, "--check", "--next", "99999999999999999999").returncode, 2)
+        result = self.run_cli(self.events, "--check", "--next", "7d")
+        lines = result.stdout.splitlines()
+        self.assertEqual(lines[1], "the first 10000 runs in the next 7 days (there are more):")
+        self.assertEqual(len(lines), 1 + 1 + 10000 + 1)
 
 
 class LockTest(CliCase):
@@ -5021,6 +5088,7 @@ class DowntimeCliTest(CliCase):
     def test_a_one_shot_missed_in_a_downtime_is_told_once_and_an_immediate_written_in_it_is_stale(self):
         self.stopped_ago(20)
         self.put("dentist.json", one_shot(time.time() - 10, "C2", "Remind Mario"))
+        os.utime(self.events / "dentist.json", (time.time() - 3600, time.time() - 3600))  # written before its time
         self.put("hook.json", immediate("C3", "written in the downtime"))
         os.utime(self.events / "hook.json", (time.time() - 8, time.time() - 8))
         cli = self.serve("--json")
@@ -5073,6 +5141,7 @@ class StandbyTest(CliCase):
         self.put("during.json", immediate(text="during"))
         self.put("due.json", one_shot(datetime.fromtimestamp(time.time() - 0.5, UTC).isoformat(),
                                       text="due"))
+        os.utime(self.events / "due.json", (time.time() - 10, time.time() - 10))  # written before its time
         standby.wait_err("took over")
         self.assertLess(time.monotonic() - killed, 1.0)
         self.assertTrue(wait_for(lambda: sum("during" in line for line in standby.out) == 1
@@ -6227,7 +6296,7 @@ class HistoryTest(unittest.TestCase):
     def test_every_outcome(self):
         h = self.harness(now=utc(2025, 1, 1, 9, 0, 30).timestamp())
         h.write("stale.json", immediate(), mtime=h.now - 60)
-        h.write("past.json", one_shot(h.now - 60))
+        h.write("past.json", one_shot(h.now - 60), mtime=h.now - 86400 * 700)
         h.start()
         h.write("ok.json", immediate("C1", "fine"))
         h.write("bad.json", "{")
@@ -8002,7 +8071,7 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
 
     def test_a_missed_one_shot_replaced_as_it_is_deleted_is_not_told_as_deleted(self):
         h = Harness(self)
-        h.write("a.json", one_shot(h.now - 3600, text="long gone"))
+        h.write("a.json", one_shot(h.now - 3600, text="long gone"), mtime=h.now - 86400 * 700)
         with self.moved_in_first(h, "rename", "new"), self.assertLogs("mom_events", "INFO"):
             h.start()  # missed: deleted unrun, but an mv lands first
         self.assertEqual([e.type for _, e in h.fired], [])  # no "missed ... the file was deleted"
@@ -8341,9 +8410,10 @@ class DowntimeTest(unittest.TestCase):
     def test_one_shots_due_before_the_window_or_just_before_the_start_run_late_the_rest_are_missed(self):
         h = self.harness(600, history=None)
         h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
-        h.write("hung.json", one_shot(h.down_since - 30, text="hung"))  # due while the old one hung
-        h.write("grace.json", one_shot(h.now - 4, text="grace"))        # the takeover grace: 5 s
-        h.write("missed.json", one_shot(h.now - 300, "C2", text="missed"))
+        old = h.now - 86400 * 700  # each written before its time
+        h.write("hung.json", one_shot(h.down_since - 30, text="hung"), mtime=old)  # due while the old one hung
+        h.write("grace.json", one_shot(h.now - 4, text="grace"), mtime=old)        # the takeover grace: 5 s
+        h.write("missed.json", one_shot(h.now - 300, "C2", text="missed"), mtime=h.now - 86400 * 700)
         with self.assertLogs("mom_events", "INFO"):
             self.start(h)
         ran = {e.text: e for _, e in h.fired if e.type == "one-shot"}
@@ -8371,7 +8441,7 @@ class DowntimeTest(unittest.TestCase):
                 h = self.harness(0)
                 h.write("waited.json", immediate(text="waited"), mtime=h.now - 30)
                 h.write("before.json", immediate(text="before"), mtime=h.now - 90)
-                h.write("grace.json", one_shot(h.now - 4, text="grace"))
+                h.write("grace.json", one_shot(h.now - 4, text="grace"), mtime=h.now - 86400 * 700)
                 with self.assertLogs("mom_events", "INFO"):
                     if standby:
                         h.take_over(waiting_since=h.now - 60)
@@ -8386,7 +8456,7 @@ class DowntimeTest(unittest.TestCase):
         h = self.harness(7)
         beat = h.down_since
         h.write("queued.json", immediate(text="queued"), mtime=beat + 0.5)  # queued before it died
-        h.write("due.json", one_shot(beat + 1, text="due"))                 # waiting when it died
+        h.write("due.json", one_shot(beat + 1, text="due"), mtime=beat - 600)  # waiting when it died
         h.write("p.json", {**periodic("*/20 * * * * *", text="ran"), "catchUp": True})  # ran at beat + 0.5
         with self.assertLogs("mom_events", "INFO"):
             h.w._startup(h.now, (beat, False))  # no clean stop: it was killed
@@ -8429,7 +8499,7 @@ class DowntimeTest(unittest.TestCase):
 
     def test_misfire_grace_still_runs_a_missed_one_shot_late(self):
         h = self.harness(600, misfire_grace=400)
-        h.write("missed.json", one_shot(h.now - 300, text="missed"))
+        h.write("missed.json", one_shot(h.now - 300, text="missed"), mtime=h.now - 86400 * 700)
         with self.assertLogs("mom_events", "INFO"):
             self.start(h)
         self.assertEqual([(e.type, round(e.late)) for _, e in h.fired], [("one-shot", 300)])
@@ -8438,7 +8508,7 @@ class DowntimeTest(unittest.TestCase):
         h = self.harness(60)
         h.down_since = None
         h.write("old.json", immediate(text="old"), mtime=h.now - 3600)
-        h.write("soon.json", one_shot(h.now - 4, text="due 4 s ago"))
+        h.write("soon.json", one_shot(h.now - 4, text="due 4 s ago"), mtime=h.now - 86400 * 700)
         with self.assertLogs("mom_events", "INFO"):
             self.start(h)
         self.assertEqual([(e.filename, e.type) for _, e in h.fired], [("soon.json", "missed")])
@@ -8496,7 +8566,7 @@ class DowntimeTest(unittest.TestCase):
     def test_a_blind_spell_at_start_up_keeps_the_start_up_rules(self):
         h = self.harness(60)
         h.down_since = None
-        h.write("old.json", one_shot(h.now - 86400 * 600, text="due long ago"))
+        h.write("old.json", one_shot(h.now - 86400 * 600, text="due long ago"), mtime=h.now - 86400 * 700)
         h.write("stale.json", immediate(text="stale"), mtime=h.now - 3600)
         real = os.scandir
         with mock.patch.object(mom_events.os, "scandir", side_effect=PermissionError(13, "Permission denied")), \
@@ -8654,7 +8724,7 @@ class CrashTest(unittest.TestCase):
         """issue 30, item 3: the one-shot is deleted once its notice is
         journaled, so no later harness could otherwise send it."""
         h = self.harness()
-        h.write("dentist.json", one_shot(h.now - 300, "C2", text="dentist"))
+        h.write("dentist.json", one_shot(h.now - 300, "C2", text="dentist"), mtime=h.now - 86400 * 700)
         with self.assertLogs("mom_events", "INFO"):
             h.w._startup(h.now, (h.now - 600, True))
         self.assertFalse(h.exists("dentist.json"))
@@ -8684,7 +8754,7 @@ class CrashTest(unittest.TestCase):
 
     def test_a_notice_whose_file_was_still_there_is_told_again_by_its_judge_not_twice(self):
         h = self.harness()
-        h.write("dentist.json", one_shot(h.now - 300, "C2", text="dentist"))
+        h.write("dentist.json", one_shot(h.now - 300, "C2", text="dentist"), mtime=h.now - 86400 * 700)
         sig = mom_events._stat_entry(str(h.dir / "dentist.json")).sig
         h.w._files.journal.begin([])  # killed after journaling the notice, before deleting the file
         h.w._files.journal.write({"kind": "notice", "id": 1, "file": "dentist.json", "sig": list(sig),
@@ -8755,8 +8825,8 @@ class CrashTest(unittest.TestCase):
 class MisfireGraceTest(unittest.TestCase):
     def test_a_one_shot_due_just_before_start_up_runs_late_and_says_so(self):
         h = Harness(self, misfire_grace=120)
-        h.write("recent.json", one_shot(h.now - 60, text="dentist"))
-        h.write("old.json", one_shot(h.now - 300, text="too old"))
+        h.write("recent.json", one_shot(h.now - 60, text="dentist"), mtime=h.now - 86400 * 700)
+        h.write("old.json", one_shot(h.now - 300, text="too old"), mtime=h.now - 86400 * 700)
         h.start()
         self.assertEqual(sorted((e.filename, e.type) for _, e in h.fired),
                          [("old.json", "missed"), ("recent.json", "one-shot")])
@@ -8781,7 +8851,7 @@ class MisfireGraceTest(unittest.TestCase):
 
     def test_zero_keeps_the_core_rule(self):
         h = Harness(self)
-        h.write("due-now.json", one_shot(h.now))
+        h.write("due-now.json", one_shot(h.now), mtime=h.now - 86400 * 700)
         h.start()
         self.assertEqual([e.type for _, e in h.fired], ["missed"])
         with self.assertRaises(ValueError):
@@ -8790,6 +8860,7 @@ class MisfireGraceTest(unittest.TestCase):
     def test_the_cli_option(self):
         base = temp_dir(self, "mom_events_misfire_")
         (base / "late.json").write_text(json.dumps(one_shot(time.time() - 5, text="late")))
+        os.utime(base / "late.json", (time.time() - 3600, time.time() - 3600))  # written before its time
         cli = Cli(self, base, "--json", "--misfire-grace", "60")
         self.assertTrue(wait_for(lambda: cli.out))
         record = json.loads(cli.out[0])
