@@ -186,6 +186,7 @@ class Event:
     start: str | None = None  # periodic: no occurrence before it (an interval's first)
     until: str | None = None  # periodic: no occurrence after it
     span: str | None = None   # periodic, with every and schedule: how long each run of the schedule lasts ("for")
+    _timing: _Timing | None = field(default=None, repr=False, compare=False)  # when it runs: read once, by _parse
 
     @property
     def message(self) -> str:
@@ -317,23 +318,6 @@ def _parse_instant(key: str, text: str, filename: str | None, zone: str | None =
     return when
 
 
-@lru_cache(maxsize=1024)
-def _at(event_at: str, zone: str | None) -> datetime:
-    """A valid one-shot's instant (its ``at``, read in its ``timezone``)."""
-    return _parse_instant("at", event_at, None, zone)
-
-
-def _at_of(event: Event) -> datetime:
-    return _at(_written_at(event), event.timezone)
-
-
-def _written_at(event: Event) -> str:
-    """A one-shot's ``at`` as written: parse_event made sure it has one."""
-    if event.at is None:
-        raise TypeError(f"{event.filename}: a {event.type} event has no instant")
-    return event.at
-
-
 # The fields each type reads.  Any other is ignored (bots add their own),
 # and said so, unless it is one of these misspelt; one of another type's
 # fields is an error.
@@ -386,11 +370,12 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
         if zone is not None:
             _zone(zone)
         if kind == "immediate":
-            return Event(filename, kind, channel_id, text), ignored
+            return Event(filename, kind, channel_id, text, _timing=_ON_ARRIVAL), ignored
         if kind == "one-shot":
             at = _string_field(obj, "at", filename)
-            _parse_instant("at", at, filename, zone)
-            return Event(filename, kind, channel_id, text, at=at, timezone=zone), ignored
+            instant, wall = _parse_instant("at", at, filename, zone), datetime.fromisoformat(at)
+            timing = _Once(instant, None if zone is None or wall.tzinfo is not None else (zone, wall))
+            return Event(filename, kind, channel_id, text, at=at, timezone=zone, _timing=timing), ignored
         return _periodic(obj, filename, channel_id, text, zone), ignored
     except _CronError as exc:
         raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
@@ -433,6 +418,7 @@ def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
         raise EventError(filename, 'missing field "schedule" (or "every", for an interval such as "90m")')
     every, span = _optional_string(obj, "every", filename), _optional_string(obj, "for", filename)
     schedule = _optional_string(obj, "schedule", filename)
+    step = None
     if every is not None:
         step = _interval(every, filename)
         if schedule is not None and span is None:
@@ -448,8 +434,11 @@ def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
         if zone is None:
             raise EventError(filename, 'missing field "timezone" (an IANA name such as Europe/Vienna)')
         _compile_cron(schedule)
+    timing = _periodic_timing(schedule, zone, step, None if span is None else _interval(span),
+                              -math.inf if begins is None else begins.timestamp(),
+                              math.inf if ends is None else ends.timestamp())
     return Event(filename, "periodic", channel_id, text, schedule=schedule, timezone=zone, catch_up=catch_up,
-                 every=every, start=start, until=until, span=span)
+                 every=every, start=start, until=until, span=span, _timing=timing)
 
 
 # Characters that print as a blank, though neither whitespace nor unprintable to
@@ -495,12 +484,11 @@ def _interval(every: str, filename: str | None = None, key: str = "every") -> in
     return total
 
 
-def _past_reason(event: Event, now: float) -> str:
+def _past_reason(written: str, when: datetime, now: float) -> str:
     """Why a one-shot written after its (valid) ``at`` is rejected, with the
     time now at the same offset: a wrong year or a UTC time written with a
     local offset shows at a glance."""
-    when = _at_of(event)
-    return (f'"at" {_clip(_written_at(event))} is {_span(now - when.timestamp())} in the past '
+    return (f'"at" {_clip(written)} is {_span(now - when.timestamp())} in the past '
             f"(it is now {datetime.fromtimestamp(now, when.tzinfo).isoformat(timespec='seconds')})")
 
 
@@ -999,50 +987,34 @@ def _transitions(name: str, day: int) -> tuple[tuple[datetime, timedelta, timede
 
 
 @lru_cache(maxsize=1024)
-def _cron_note(expression: str, name: str, day: int, since: float, until: float) -> str | None:
-    """What daylight saving next does to a cron schedule in zone ``name``, in
-    the year from day ``day``, between ``since`` and ``until``, said aloud (the rules at
-    _Cron): a fixed time of day that does not exist runs at the end of the
-    gap, one that happens twice runs on its first pass; a wildcard job skips
-    the gap and runs in both passes."""
-    cron, tz = _compile_cron(expression), _zone(name)
+def _cron_notes(expression: str, name: str, day: int) -> tuple[tuple[float, str], ...]:
+    """What daylight saving does to a cron schedule in zone ``name`` in the
+    year from day ``day``, said aloud (the rules at _Cron), with the moment
+    of each change: a fixed time of day that does not exist runs at the end
+    of the gap, one that happens twice runs on its first pass; a wildcard job
+    skips the gap and runs in both passes."""
+    cron, tz, notes = _compile_cron(expression), _zone(name), []
     for moment, before, after in _transitions(name, day):
-        if moment.timestamp() < since:
-            continue
-        if moment.timestamp() > until:
-            break
         low, high = sorted((_naive(moment + before), _naive(moment + after)))  # the walls skipped, or repeated
         try:
             wall = cron.match_after(low - _US)
-        except _CronError:
-            return None
+        except _CronError:  # its years are over
+            break
         if wall >= high:
             continue
-        if after > before and cron.wildcard:
-            return f"on {low.date()} clocks go from {_hm(low)} to {_hm(high)} in {name}: it does not run in between"
-        if after > before:
-            return (f"{_hm(wall)} does not exist on {low.date()} in {name} (clocks go from {_hm(low)} to "
-                    f"{_hm(high)}): that day it runs at {_hm(high)} {_tz_name(tz, high, 0)}")
         first, second = _tz_name(tz, low, 0), _tz_name(tz, low, 1)
-        if cron.wildcard:
-            return (f"{_hm(low)} to {_hm(high)} happen twice on {low.date()} in {name}: it runs in both passes "
+        if after > before and cron.wildcard:
+            note = f"on {low.date()} clocks go from {_hm(low)} to {_hm(high)} in {name}: it does not run in between"
+        elif after > before:
+            note = (f"{_hm(wall)} does not exist on {low.date()} in {name} (clocks go from {_hm(low)} to "
+                    f"{_hm(high)}): that day it runs at {_hm(high)} {_tz_name(tz, high, 0)}")
+        elif cron.wildcard:
+            note = (f"{_hm(low)} to {_hm(high)} happen twice on {low.date()} in {name}: it runs in both passes "
                     f"({first}, then {second})")
-        return f"{_hm(wall)} happens twice on {low.date()} in {name}: that day it runs at the first ({first})"
-    return None
-
-
-def _dst_note(event: Event, now: float) -> str | None:
-    """What daylight saving does to a valid event's times, said aloud: a
-    one-shot's wall time, or the next such day of a cron schedule within a
-    year (after ``now``)."""
-    if event.type == "one-shot" and event.timezone is not None:
-        written = datetime.fromisoformat(_written_at(event))
-        return None if written.tzinfo is not None else _wall_note(event.timezone, written)
-    if event.schedule is not None and event.timezone is not None:
-        begins, ends = _instant(event.start), _instant(event.until)
-        since, until = -math.inf if begins is None else begins, math.inf if ends is None else ends
-        return _cron_note(event.schedule, event.timezone, math.floor(max(now, since) / 86400), since, until)
-    return None
+        else:
+            note = f"{_hm(wall)} happens twice on {low.date()} in {name}: that day it runs at the first ({first})"
+        notes.append((moment.timestamp(), note))
+    return tuple(notes)
 
 
 @lru_cache(maxsize=1024)
@@ -1078,31 +1050,6 @@ def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
         raise EventError(None, str(exc)) from None
 
 
-def _next_fire_ts(event: Event, now: float, mtime: float) -> float:
-    """A parsed periodic event's next occurrence strictly after ``now``, on
-    POSIX timestamps; never (infinity) when none is left (past ``until``, or
-    its years are over).  An interval's occurrences are ``start``, ``start +
-    every``, ... or, without a start, one, two, ... intervals after the
-    file's ``mtime``: a restart keeps the phase, a rewrite starts anew."""
-    begins = _instant(event.start)
-    if event.every is not None and event.schedule is None:
-        step = _interval(event.every)
-        first = begins if begins is not None else mtime + step
-        due = first + step * max(0, math.floor((now - first) / step) + 1)
-    else:
-        after = now if begins is None else max(now, begins - 1e-6)
-        try:
-            cron, tz = _compile_cron(event.schedule), _zone(event.timezone)
-            if event.every is None:
-                due = cron.next_after(tz, datetime.fromtimestamp(after, UTC)).timestamp()
-            else:
-                due = _in_windows(cron, tz, _interval(event.every), _interval(event.span or ""), after)
-        except _CronError:
-            return math.inf
-    ends = _instant(event.until)
-    return math.inf if ends is not None and due > ends or due >= _LAST_INSTANT else due
-
-
 _LAST_INSTANT = datetime(9999, 12, 31, tzinfo=UTC).timestamp()  # datetime's end, with a day to spare
 
 
@@ -1121,10 +1068,147 @@ def _in_windows(cron: _Cron, tz: ZoneInfo, step: int, span: int, after: float) -
     return min(best, start)
 
 
+class _Timing:
+    """When a valid event runs, read once by the parser so that nothing
+    after it parses a time again: the judge, the schedule, --check and the
+    manual ask it.  This one is an immediate event's: on arrival, at no time."""
+
+    __slots__ = ()
+
+    def next_after(self, now: float, mtime: float) -> float:
+        """The first run strictly after ``now``, of the event in a file
+        written at ``mtime``; infinity when none is left."""
+        return math.inf
+
+    def clock(self, user: tzinfo | None) -> tzinfo | None:
+        """The zone its due times are told in: its own, or else the
+        ``user``'s (None: the host's)."""
+        return user
+
+    def note(self, now: float) -> str | None:
+        """What daylight saving next does to its times, said aloud."""
+        return None
+
+
+class _Once(_Timing):
+    """A one-shot's ``at``; ``wall``, when it was written without an offset:
+    the zone and the wall time there, for what daylight saving does to it."""
+
+    __slots__ = ("at", "due", "wall")
+
+    def __init__(self, at: datetime, wall: tuple[str, datetime] | None) -> None:
+        self.at, self.due, self.wall = at, at.timestamp(), wall
+
+    def next_after(self, now: float, mtime: float) -> float:
+        return self.due if self.due > now else math.inf
+
+    def clock(self, user: tzinfo | None) -> tzinfo | None:
+        return self.at.tzinfo  # the offset written, or the zone a wall time was read in
+
+    def note(self, now: float) -> str | None:
+        return None if self.wall is None else _wall_note(*self.wall)
+
+
+class _Periodic(_Timing):
+    """A periodic event's runs: none before ``since`` (its ``start``), nor
+    after ``until``, nor past datetime's years."""
+
+    __slots__ = ("since", "until")
+
+    def __init__(self, since: float, until: float) -> None:
+        self.since, self.until = since, until
+
+    def next_after(self, now: float, mtime: float) -> float:
+        due = self._next(now, mtime)
+        return math.inf if due > self.until or due >= _LAST_INSTANT else due
+
+    def _next(self, now: float, mtime: float) -> float:
+        raise NotImplementedError  # pragma: no cover (each kind has its own)
+
+
+class _Every(_Periodic):
+    """``every``: runs at ``start``, ``start + every``, ... or, without a
+    start, one, two, ... intervals after the file's mtime, so that a restart
+    keeps the phase and a rewrite starts anew.  Its due times are told in
+    its ``timezone``, if it has one."""
+
+    __slots__ = ("step", "tz")
+
+    def __init__(self, since: float, until: float, step: int, tz: ZoneInfo | None) -> None:
+        super().__init__(since, until)
+        self.step, self.tz = step, tz
+
+    def _next(self, now: float, mtime: float) -> float:
+        first = self.since if math.isfinite(self.since) else mtime + self.step
+        return first + self.step * max(0, math.floor((now - first) / self.step) + 1)
+
+    def clock(self, user: tzinfo | None) -> tzinfo | None:
+        return user if self.tz is None else self.tz
+
+
+class _OnCron(_Periodic):
+    """A cron ``schedule`` in its ``timezone``, from ``start`` included."""
+
+    __slots__ = ("cron", "schedule", "timezone", "tz")
+
+    def __init__(self, since: float, until: float, cron: _Cron, schedule: str, timezone: str) -> None:
+        super().__init__(since, until)
+        self.cron, self.schedule, self.timezone, self.tz = cron, schedule, timezone, _zone(timezone)
+
+    def _next(self, now: float, mtime: float) -> float:
+        try:
+            return self._after(max(now, self.since - 1e-6))
+        except _CronError:  # its years are over
+            return math.inf
+
+    def _after(self, after: float) -> float:
+        return self.cron.next_after(self.tz, datetime.fromtimestamp(after, UTC)).timestamp()
+
+    def clock(self, user: tzinfo | None) -> tzinfo | None:
+        return self.tz
+
+    def note(self, now: float) -> str | None:
+        since = max(now, self.since)  # the next such day, within a year
+        notes = _cron_notes(self.schedule, self.timezone, math.floor(since / 86400))
+        return next((note for moment, note in notes if since <= moment <= self.until), None)
+
+
+class _Window(_OnCron):
+    """``every`` so long, ``for`` so long (``span``), from each run of a schedule."""
+
+    __slots__ = ("step", "span")
+
+    def __init__(self, since: float, until: float, cron: _Cron, schedule: str, timezone: str,
+                 step: int, span: int) -> None:
+        super().__init__(since, until, cron, schedule, timezone)
+        self.step, self.span = step, span
+
+    def _after(self, after: float) -> float:
+        return _in_windows(self.cron, self.tz, self.step, self.span, after)
+
+
+_ON_ARRIVAL = _Timing()
+
+
 @lru_cache(maxsize=1024)
-def _instant(text: str | None) -> float | None:
-    """A valid ``start`` or ``until`` as a POSIX timestamp."""
-    return None if text is None else datetime.fromisoformat(text).timestamp()
+def _periodic_timing(schedule: str | None, timezone: str | None, step: int | None, span: int | None,
+                     since: float, until: float) -> _Periodic:
+    """A valid periodic event's timing, one for the files that share it, as
+    _compile_cron's crons are: many files share a handful of schedules."""
+    if schedule is None:
+        assert step is not None  # the parser's contract: "schedule" or "every" is there
+        return _Every(since, until, step, None if timezone is None else _zone(timezone))
+    assert timezone is not None  # the parser's contract: a schedule has its zone
+    if step is None or span is None:
+        return _OnCron(since, until, _compile_cron(schedule), schedule, timezone)
+    return _Window(since, until, _compile_cron(schedule), schedule, timezone, step, span)
+
+
+def _timing(event: Event) -> _Timing:
+    """A valid event's timing, as the parser read it."""
+    if event._timing is None:
+        raise TypeError(f"{event.filename}: a {event.type} event that parse_event did not make has no timing")
+    return event._timing
 
 
 # ---------------------------------------------------------------------------
@@ -1229,14 +1313,14 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
             return _Verdict("drop", outcome="stale",
                             reason="immediate event written while no harness was running (stale)")
         return _Verdict("run")
-    if event.type == "periodic":
-        mtime = mtime_ns / 1e9
-        due = _next_fire_ts(event, now, mtime)
-        if math.isinf(due) and math.isinf(_next_fire_ts(event, mtime, mtime)):  # as a one-shot's past "at" is
+    timing, mtime = _timing(event), mtime_ns / 1e9
+    if isinstance(timing, _Periodic):
+        due = timing.next_after(now, mtime)
+        if math.isinf(due) and math.isinf(timing.next_after(mtime, mtime)):  # as a one-shot's past "at" is
             return _Verdict("reject", reason=_no_run_left(event, now))
         missed, latest = 0, None
         if startup is not None and (since := startup.periodic_since) is not None:
-            missed, latest = _missed(event, since, now, mtime, startup.accounts.get((event.filename, mtime_ns)))
+            missed, latest = _missed(timing, since, now, mtime, startup.accounts.get((event.filename, mtime_ns)))
         catch_up = latest if event.catch_up else None
         late = None if catch_up is None else now - catch_up
         if math.isinf(due) and catch_up is not None:
@@ -1245,11 +1329,12 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
         if math.isinf(due):
             return _Verdict("drop", outcome="ended", reason="its schedule has no occurrence left", missed=missed)
         return _Verdict("schedule", due, late, missed=missed, catch_up=catch_up)
-    due = _at_of(event).timestamp()
+    assert isinstance(timing, _Once)
+    due = timing.due
     if due > now:
         return _Verdict("schedule", due)
     if mtime_ns >= due * 1e9:  # written after its time: the writer's mistake, whoever was running
-        return _Verdict("reject", due, reason=_past_reason(event, now))
+        return _Verdict("reject", due, reason=_past_reason(event.at or "", timing.at, now))
     if startup is None:  # judged by when it was written, not by when a poll saw it
         return _Verdict("run", due, now - due, f"written before its time {event.at} but seen after it")
     if startup.down_since is not None:  # every start is a takeover
@@ -1265,9 +1350,9 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
                     reason=f"one-shot was due at {event.at} while no harness was running")
 
 
-def _missed(event: Event, since: float, until: float, mtime: float,
+def _missed(timing: _Periodic, since: float, until: float, mtime: float,
             account: _Account | None = None) -> tuple[int, float | None]:
-    """How many occurrences of a periodic event, whose file was written at
+    """How many occurrences of a periodic event's ``timing``, whose file was written at
     ``mtime``, fell due in [since, until) and did not run (counted up to
     _MISSED_COUNT), and the latest of them.  ``account``: what the journal
     says a harness that died fired of them, and queued but never started."""
@@ -1279,17 +1364,17 @@ def _missed(event: Event, since: float, until: float, mtime: float,
     lost = sorted(due for due in account.lost if due < since)  # queued, never started: missed still
     count, latest, after = len(lost), max(lost, default=None), since - 1e-3
     while count < _MISSED_COUNT:
-        due = _next_fire_ts(event, after, mtime)
+        due = timing.next_after(after, mtime)
         if due >= until:
             return count, latest
         after = due
         if due not in account.fired:
             count, latest = count + 1, due
     back = 1.0  # many: find the latest one before ``until`` from just before it
-    while (due := _next_fire_ts(event, until - back, mtime)) >= until and back < until - after:
+    while (due := timing.next_after(until - back, mtime)) >= until and back < until - after:
         back *= 2
     while due < until:
-        latest, due = due, _next_fire_ts(event, due, mtime)
+        latest, due = due, timing.next_after(due, mtime)
     return count, latest
 
 
@@ -1306,7 +1391,7 @@ def _no_run_left(event: Event, now: float) -> str:
 
 def _missed_notice(event: Event, due: float, startup: _Startup) -> Event:
     """What a one-shot deleted unrun as missed tells the agent, on its channel."""
-    tz = _at_of(event).tzinfo
+    tz = _timing(event).clock(None)
     spell = ""
     if startup.down_since is not None:
         since, until = datetime.fromtimestamp(startup.down_since, tz), datetime.fromtimestamp(startup.start, tz)
@@ -1323,11 +1408,7 @@ def _aware(event: Event, due: float | None, user: tzinfo | None = None) -> datet
     in the ``user``'s (default: the host's)."""
     if due is None or math.isinf(due):
         return None
-    if event.type == "one-shot":
-        return datetime.fromtimestamp(due, _at_of(event).tzinfo)
-    if event.timezone is None:
-        return datetime.fromtimestamp(due, user) if user is not None else datetime.fromtimestamp(due).astimezone()
-    return datetime.fromtimestamp(due, _zone(event.timezone))
+    return datetime.fromtimestamp(due, UTC).astimezone(_timing(event).clock(user))
 
 
 # ---------------------------------------------------------------------------
@@ -3179,7 +3260,7 @@ class _Files:
             log.info("%s: %s", f.name, detail)
             self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
             self.journal.write({"kind": "counted", "file": f.name, "mtime": f.sig[3], "until": now})
-        if verdict.action in ("schedule", "run") and (note := _dst_note(event, now)) is not None:
+        if verdict.action in ("schedule", "run") and (note := _timing(event).note(now)) is not None:
             log.info("%s: %s", f.name, note)
         if verdict.action == "schedule":
             if verdict.catch_up is not None:
@@ -3209,7 +3290,7 @@ class _Files:
         event = f.parsed
         final = event.type != "periodic"
         if not final:
-            after = _next_fire_ts(event, now, f.sig[3] / 1e9)  # from now: no catch-up
+            after = _timing(event).next_after(now, f.sig[3] / 1e9)  # from now: no catch-up
             final = math.isinf(after)
             if final:
                 log.info("%s: this is its last occurrence; the file is deleted once it has run", f.name)
@@ -4360,7 +4441,7 @@ def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None,
     if event.schedule is not None and _compile_cron(event.schedule).days.either:
         notes.append("note: both day fields are restricted, so it runs on days matching either field "
                      "(a + before the day-of-week asks for both)")
-    if verdict.action not in ("reject", "drop") and (note := _dst_note(event, now)) is not None:
+    if verdict.action not in ("reject", "drop") and (note := _timing(event).note(now)) is not None:
         notes.append(note)  # daylight saving's surprise, said aloud
     notes_text = "".join(f"; {note}" for note in notes)
     if verdict.action in ("reject", "drop"):
@@ -4405,9 +4486,10 @@ def _periodic_line(what: str, event: Event, due: float, now: float, mtime: float
 def _runs(event: Event, due: float, mtime: float) -> Iterator[float]:
     """An event's runs from its next, ``due``, on: a one-shot's one, a
     periodic event's every one (of its file written at ``mtime``)."""
+    timing = _timing(event)
     while math.isfinite(due):
         yield due
-        due = math.inf if event.type == "one-shot" else _next_fire_ts(event, due, mtime)
+        due = timing.next_after(due, mtime)
 
 
 def _last_run(event: Event, after: float, mtime: float) -> float:
@@ -4415,12 +4497,12 @@ def _last_run(event: Event, after: float, mtime: float) -> float:
     ``after`` that has a run after it.  A schedule is only walked forward: it
     is looked for back from ``until``, a step twice as long each time, then
     walked forward to the end."""
-    ends = _instant(event.until)
-    assert ends is not None
+    timing = _timing(event)
+    assert isinstance(timing, _Periodic) and math.isfinite(timing.until)
     back = 1.0
-    while math.isinf(due := _next_fire_ts(event, max(ends - back, after), mtime)):
+    while math.isinf(due := timing.next_after(max(timing.until - back, after), mtime)):
         back *= 2
-    while math.isfinite(later := _next_fire_ts(event, due, mtime)):
+    while math.isfinite(later := timing.next_after(due, mtime)):
         due = later
     return due
 
@@ -4450,7 +4532,7 @@ def _own_clock(when: float, event: Event, zone: tzinfo | None) -> str | None:
             return None
         day = "" if own.date() == mine.date() else f"{own.date()} "
         return f"{day}{own.strftime('%H:%M:%S' if own.second else '%H:%M')} in {event.timezone}"
-    if event.type == "one-shot" and _utc_offset(_at_of(event)) != _utc_offset(mine):
+    if isinstance(timing := event._timing, _Once) and _utc_offset(timing.at) != _utc_offset(mine):
         return f"as written: {event.at}"
     return None
 

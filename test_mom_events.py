@@ -312,6 +312,11 @@ class ParseEventTest(unittest.TestCase):
 # ---------------------------------------------------------------------------
 
 
+def dst_note(event: Event, now: float) -> str | None:
+    """What the harness and --check say daylight saving does to ``event``."""
+    return mom_events._timing(event).note(now)
+
+
 def utc(*args):
     return datetime(*args, tzinfo=UTC)
 
@@ -396,7 +401,7 @@ class CronTest(unittest.TestCase):
 
         def next_ts(fields):
             event = parse_event(json.dumps({"type": "periodic", "channelId": "C", "text": "x", **fields}), "p.json")
-            return mom_events._next_fire_ts(event, now, now)
+            return mom_events._timing(event).next_after(now, now)
         daily = {"schedule": "0 9 * * *", "timezone": "UTC"}
         self.assertEqual(next_ts({**daily, "start": "2030-01-01T09:00:00+00:00"}), utc(2030, 1, 1, 9).timestamp())
         self.assertEqual(next_ts({**daily, "start": "2030-01-01T09:00:00.000001+00:00"}),
@@ -612,8 +617,8 @@ class DaylightSavingSaidTest(unittest.TestCase):
             with self.subTest(zone=zone, wall=wall):
                 event = parse_event(json.dumps({"type": "one-shot", "channelId": "C1", "text": "x",
                                                 "at": wall.isoformat(), "timezone": zone}), "a.json")
-                self.assertEqual(mom_events._at_of(event).timestamp(), expected.timestamp())  # PEP 495: not ==
-                self.assertEqual(mom_events._dst_note(event, utc(2027, 1, 1).timestamp()), note)
+                self.assertEqual(mom_events._timing(event).at.timestamp(), expected.timestamp())  # PEP 495: not ==
+                self.assertEqual(dst_note(event, utc(2027, 1, 1).timestamp()), note)
                 h = Harness(self, now=(expected - timedelta(days=1)).timestamp())
                 h.write("a.json", {"type": "one-shot", "channelId": "C1", "text": "x", "at": wall.isoformat(),
                                    "timezone": zone}, mtime=h.now - 60)
@@ -633,13 +638,13 @@ class DaylightSavingSaidTest(unittest.TestCase):
                 day_before = (moment - timedelta(days=1)).timestamp()
                 said = note.replace("): runs at", "): that day it runs at").replace(": runs at the first",
                                                                                      ": that day it runs at the first")
-                self.assertEqual(mom_events._dst_note(event, day_before), said)
+                self.assertEqual(dst_note(event, day_before), said)
                 self.assertEqual(next_fire(schedule, zone, moment - timedelta(hours=3)).timestamp(),
                                  expected.timestamp())
                 every = parse_event(json.dumps(periodic(f"*/30 {wall.hour} * * *", tz=zone)), "w.json")
                 gap = "does not exist" in note
                 low = wall - timedelta(minutes=30)
-                self.assertEqual(mom_events._dst_note(every, day_before),
+                self.assertEqual(dst_note(every, day_before),
                                  f"on {low.date()} clocks go from {low:%H:%M} to {low + timedelta(hours=1):%H:%M} in "
                                  f"{zone}: it does not run in between" if gap else
                                  f"{low:%H:%M} to {low + timedelta(hours=1):%H:%M} happen twice on {low.date()} in "
@@ -648,26 +653,36 @@ class DaylightSavingSaidTest(unittest.TestCase):
 
     def test_nothing_is_said_of_a_day_before_start(self):
         later = {**periodic("30 2 * * *", tz="America/New_York"), "start": "2027-04-01T00:00:00Z"}
-        note = mom_events._dst_note(parse_event(json.dumps(later), "s.json"), utc(2026, 11, 25).timestamp())
+        note = dst_note(parse_event(json.dumps(later), "s.json"), utc(2026, 11, 25).timestamp())
         self.assertIn("2028-03-12", note)  # the next such day once it has started: not 2027-03-14
         later["start"] = "2027-03-01T00:00:00Z"
-        self.assertIn("2027-03-14", mom_events._dst_note(parse_event(json.dumps(later), "s.json"),
+        self.assertIn("2027-03-14", dst_note(parse_event(json.dumps(later), "s.json"),
                                                           utc(2026, 11, 25).timestamp()))
+
+    def test_nothing_is_said_of_a_day_already_past(self):
+        """Checked at noon after a gap, a 02:30 schedule is told of next year's, not of the gap that morning."""
+        daily = parse_event(json.dumps(periodic("30 2 * * *", tz="America/New_York")), "d.json")
+        self.assertIn("2028-03-12", dst_note(daily, utc(2027, 3, 14, 16).timestamp()))
 
     def test_nothing_is_said_of_a_day_after_until(self):
         """The agent trial: an hourly check until the year's end was told of March's gap."""
         hourly = {**periodic("0 * * * *", tz="America/New_York"), "until": "2026-12-31T23:59:59-05:00"}
         now = utc(2026, 11, 25).timestamp()
-        self.assertIsNone(mom_events._dst_note(parse_event(json.dumps(hourly), "b.json"), now))
+        self.assertIsNone(dst_note(parse_event(json.dumps(hourly), "b.json"), now))
         del hourly["until"]
-        self.assertIn("2027-03-14", mom_events._dst_note(parse_event(json.dumps(hourly), "b.json"), now))
+        self.assertIn("2027-03-14", dst_note(parse_event(json.dumps(hourly), "b.json"), now))
+
+    def test_an_immediate_event_runs_at_no_time(self):
+        timing = mom_events._timing(parse_event(json.dumps(immediate()), "i.json"))
+        now, zone = utc(2027, 3, 14, 7).timestamp(), ZoneInfo("America/New_York")
+        self.assertEqual((timing.next_after(now, now), timing.clock(zone), timing.note(now)), (math.inf, zone, None))
 
     def test_nothing_is_said_of_times_daylight_saving_leaves_alone(self):
         now = utc(2027, 1, 1).timestamp()
         for data in (periodic("0 9 * * *", tz="Europe/Vienna"), periodic("30 2 * * *", tz="UTC"),
                      periodic("30 2 * * *", tz="Asia/Tokyo"), one_shot("2027-03-14T02:30:00-04:00"),
                      {"type": "periodic", "channelId": "C1", "text": "x", "every": "1h"}):
-            self.assertIsNone(mom_events._dst_note(parse_event(json.dumps(data), "x.json"), now), data)
+            self.assertIsNone(dst_note(parse_event(json.dumps(data), "x.json"), now), data)
 
 
 def _brute_force(tz, start, minutes, hours, wildcard):
@@ -1053,8 +1068,9 @@ class CronDialectTest(unittest.TestCase):
 
     def test_a_schedule_whose_years_are_over_is_due_never(self):
         event = parse_event(json.dumps(periodic("0 0 0 1 1 * 2030")), "p.json")
-        self.assertEqual(mom_events._next_fire_ts(event, utc(2029, 6, 1).timestamp(), 0), utc(2030, 1, 1).timestamp())
-        self.assertEqual(mom_events._next_fire_ts(event, utc(2030, 6, 1).timestamp(), 0), math.inf)
+        timing = mom_events._timing(event)
+        self.assertEqual(timing.next_after(utc(2029, 6, 1).timestamp(), 0), utc(2030, 1, 1).timestamp())
+        self.assertEqual(timing.next_after(utc(2030, 6, 1).timestamp(), 0), math.inf)
 
     def test_a_schedule_runs_its_last_occurrence_then_its_file_goes(self):
         h = Harness(self, now=utc(2029, 12, 31, 23, 59, 59).timestamp())
@@ -1119,7 +1135,7 @@ class LanguageTest(unittest.TestCase):
     def test_a_one_shot_in_wall_time(self):
         def at(text, zone="Europe/Vienna"):
             event = parse_event(json.dumps({**one_shot(text), "timezone": zone}), "w.json")
-            return mom_events._at_of(event).isoformat()
+            return mom_events._timing(event).at.isoformat()
         self.assertEqual(at("2027-03-28T02:30:00"), "2027-03-28T03:00:00+02:00")  # in the gap: its end
         self.assertEqual(at("2027-10-31T02:30:00"), "2027-10-31T02:30:00+02:00")  # repeated: the first pass
         self.assertEqual(at("2027-07-01T09:00:00"), "2027-07-01T09:00:00+02:00")
@@ -1211,10 +1227,7 @@ class LanguageTest(unittest.TestCase):
                 self.assertTrue(str(exc).startswith("f.json: "), content)
                 self.assertLess(len(str(exc)), 400)
                 continue
-            if event.type == "one-shot":
-                mom_events._at_of(event)
-            else:
-                mom_events._next_fire_ts(event, utc(2027, 1, 1).timestamp(), utc(2026, 12, 1).timestamp())
+            mom_events._timing(event).next_after(utc(2027, 1, 1).timestamp(), utc(2026, 12, 1).timestamp())
 
     def test_from_the_adversarial_pass(self):
         # a year step counts from year 0, as croner's does: */2 is the even years
@@ -2118,7 +2131,7 @@ class WindowTest(unittest.TestCase):
             event = parse_event(json.dumps(self.window(f"{every}m", f"{span}m", schedule, zone)), "w.json")
             runs, t = [], start
             while t < start + 10 * 86400:
-                t = mom_events._next_fire_ts(event, t, 0)
+                t = mom_events._timing(event).next_after(t, 0)
                 runs.append(t)
             model, opening = set(), datetime.fromtimestamp(start - span * 60 - 1, UTC)
             while (opening := next_fire(schedule, zone, opening)).timestamp() < runs[-1] + 1:
@@ -2618,11 +2631,11 @@ class IsolationTest(unittest.TestCase):
                 h.step(utc(2026, 1, 1, 9, 1).timestamp())  # p.json's 09:01 waits behind it
                 if gone:
                     (h.dir / "p.json").unlink()  # not yet seen by a scan
-                real = mom_events._next_fire_ts
+                real = mom_events._OnCron.next_after  # p.json's is the only schedule
                 late = utc(2026, 1, 1, 9, 1, 30).timestamp()
-                fail = lambda event, now, mtime: (_ for _ in ()).throw(OverflowError("injected")) \
-                    if event.filename == "p.json" and now >= late else real(event, now, mtime)
-                with mock.patch.object(mom_events, "_next_fire_ts", fail), \
+                fail = lambda timing, now, mtime: (_ for _ in ()).throw(OverflowError("injected")) \
+                    if now >= late else real(timing, now, mtime)
+                with mock.patch.object(mom_events._OnCron, "next_after", fail), \
                         self.assertLogs("mom_events", "ERROR") as logs:
                     h.now = utc(2026, 1, 1, 9, 2).timestamp()
                     h.step(h.now)  # its 09:02 fails: it is given up on
@@ -2639,13 +2652,13 @@ class IsolationTest(unittest.TestCase):
 
     def test_an_unexpected_error_while_firing_one_file_leaves_the_other_due_ones_alone(self):
         h = Harness(self, now=utc(2026, 1, 1, 9, 0, 30).timestamp())
-        for name in ("a.json", "b.json", "c.json"):
-            h.write(name, periodic("* * * * *", channel=name, text=name))
+        for name in ("a.json", "b.json", "c.json"):  # b.json's the same schedule, written otherwise
+            h.write(name, periodic("0-59 * * * *" if name == "b.json" else "* * * * *", channel=name, text=name))
         h.start()
-        real = mom_events._next_fire_ts
-        fail = lambda event, now, mtime: (_ for _ in ()).throw(OverflowError("injected")) \
-            if event.filename == "b.json" else real(event, now, mtime)
-        with mock.patch.object(mom_events, "_next_fire_ts", fail), self.assertLogs("mom_events", "ERROR") as logs:
+        real = mom_events._OnCron.next_after
+        fail = lambda timing, now, mtime: (_ for _ in ()).throw(OverflowError("injected")) \
+            if timing.schedule == "0-59 * * * *" else real(timing, now, mtime)
+        with mock.patch.object(mom_events._OnCron, "next_after", fail), self.assertLogs("mom_events", "ERROR") as logs:
             h.advance(31)
         self.assertEqual(sorted((e.channel_id, e.type) for _, e in h.fired),
                          [("a.json", "periodic"), ("b.json", "rejected"), ("c.json", "periodic")])
@@ -4398,7 +4411,7 @@ class CheckReadableTest(CliCase):
                 continue
             event = parse_event(json.dumps(content), "f.json")
             runs, due, mtime = [], self.NOW, (self.events / "f.json").stat().st_mtime_ns / 1e9
-            while len(runs) < 1000 and math.isfinite(due := mom_events._next_fire_ts(event, due, mtime)):
+            while len(runs) < 1000 and math.isfinite(due := mom_events._timing(event).next_after(due, mtime)):
                 runs.append(due)
             if len(runs) == 1000:  # too many to walk
                 continue
@@ -4475,10 +4488,10 @@ class CheckReadableTest(CliCase):
                 due += step
         else:
             event = parse_event(json.dumps(content), "f.json")
-            due = mom_events._next_fire_ts(event, now, mtime)
+            due = mom_events._timing(event).next_after(now, mtime)
         while math.isfinite(due) and due <= ends:
             yield due
-            due = due + step if "every" in content else mom_events._next_fire_ts(event, due, mtime)
+            due = due + step if "every" in content else mom_events._timing(event).next_after(due, mtime)
 
     def test_the_agenda_is_a_merge_of_each_files_own_runs(self):
         """Against a plain model: each file's runs by brute force (an interval's by its arithmetic),
@@ -8162,7 +8175,7 @@ class JudgeEdgeTest(unittest.TestCase):
 
     def test_the_latest_of_many_missed_occurrences_is_found_past_the_count(self):
         event = parse_event(json.dumps(periodic("* * * * *")), "p.json")  # every minute: NOW is on one
-        count, latest = mom_events._missed(event, self.NOW - 3 * 3600 - 10, self.NOW + 30, 0.0)
+        count, latest = mom_events._missed(mom_events._timing(event), self.NOW - 3 * 3600 - 10, self.NOW + 30, 0.0)
         self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW))
 
     def test_staleness_at_its_edges(self):
@@ -8209,16 +8222,16 @@ class JudgeEdgeTest(unittest.TestCase):
 
     def test_missed_counts_an_occurrence_exactly_at_the_start_and_finds_the_latest_of_many(self):
         event = parse_event(json.dumps(periodic("* * * * * *")), "p.json")
-        self.assertEqual(mom_events._missed(event, self.NOW - 3, self.NOW, 0), (3, self.NOW - 1))
-        count, latest = mom_events._missed(event, self.NOW - 100_000.5, self.NOW + 0.5, 0)
+        self.assertEqual(mom_events._missed(mom_events._timing(event), self.NOW - 3, self.NOW, 0), (3, self.NOW - 1))
+        count, latest = mom_events._missed(mom_events._timing(event), self.NOW - 100_000.5, self.NOW + 0.5, 0)
         self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW))
         minutely = parse_event(json.dumps(periodic("0 * * * * *")), "m.json")  # more than a hundred in ten days
-        count, latest = mom_events._missed(minutely, self.NOW - 86400 * 10, self.NOW, 0)
+        count, latest = mom_events._missed(mom_events._timing(minutely), self.NOW - 86400 * 10, self.NOW, 0)
         self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW - 60))  # NOW itself is not before NOW
 
     def test_an_occurrence_is_due_at_the_one_shots_own_offset(self):
         event = parse_event(json.dumps(one_shot("2027-03-01T10:00:00+01:00")), "o.json")
-        self.assertEqual(mom_events._aware(event, mom_events._at_of(event).timestamp()).isoformat(),
+        self.assertEqual(mom_events._aware(event, mom_events._timing(event).at.timestamp()).isoformat(),
                          "2027-03-01T10:00:00+01:00")
 
 

@@ -232,10 +232,22 @@ EQUIVALENT = {
         "the last statement of the except, inside the loop: the loop goes on all the same",
     "parsing:_parse_instant:boolop:when.tzinfo is None or when.utcoffset() is None => Or->And":
         "fromisoformat gives a fixed offset or no tzinfo: utcoffset() is None exactly when tzinfo is",
-    "parsing:_written_at:delete:if event.at is None: raise TypeError(f'{event.f... => pass":
-        "parse_event makes sure a one-shot has its at; the raise is there for the type checker",
-    "parsing:_written_at:delete:raise TypeError(f'{event.filename}: a {event.ty... => pass":
+    "cron:_timing:delete:if event._timing is None: raise TypeError(f'{ev... => pass":
+        "parse_event gives every valid event its timing; the raise is there for the type checker",
+    "cron:_timing:delete:raise TypeError(f'{event.filename}: a {event.ty... => pass":
         "the same unreachable raise",
+    "cron:_Periodic._next:delete:raise NotImplementedError => pass":
+        "each kind of periodic timing has its own; the raise is there for the type checker",
+    "cron:_Timing.note:delete:return None => pass":
+        "a function that ends returns None all the same",
+    "cli:_last_run:delete:assert isinstance(timing, _Periodic) and math.i... => pass":
+        "only a periodic event with an until is asked its last run: the assert is there for the type checker",
+    "cli:_last_run:boolop:isinstance(timing, _Periodic) and math.isfinite(timing.un... => And->Or":
+        "the same assert",
+    "cron:_Timing.clock:delete:return user => pass":
+        "an immediate event's occurrence has no due time to tell, so its clock is never asked",
+    "cron:_Timing.clock:return:return user => None":
+        "the same: never asked",
     "scan:_Entry.mtime_ns:number:self.sig[3] if self.sig else 0 => 0->-1":
         "0 and -1 ns are both decades before any read: an entry without a signature is never racy either way",
     "scan:_sweep_batch:delete:if known == 0: return 0 => pass":
@@ -343,11 +355,11 @@ EQUIVALENT = {
     "cron:_Cron._first_pass:compare:moment > after => Gt->GtE":
         "a gap's moment has the wall at the gap's end; an after equal to it has that wall too, so the "
         "search starts past the gap's candidate: never equal",
-    "judge:_missed:delete:while (due := _next_fire_ts(event, until - back... => pass":
+    "judge:_missed:delete:while (due := timing.next_after(until - back, m... => pass":
         _BACK_SEARCH,
     "judge:_missed:number:back = 1.0 => 1.0->2.0":
         _BACK_SEARCH,
-    "judge:_missed:boolop:(due := _next_fire_ts(event, until - back, mtime)) >= unt... => And->Or":
+    "judge:_missed:boolop:(due := timing.next_after(until - back, mtime)) >= until ... => And->Or":
         _BACK_SEARCH,
     "judge:_missed:compare:back < until - after => Lt->LtE":
         _BACK_SEARCH,
