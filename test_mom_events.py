@@ -7069,6 +7069,8 @@ class WorkerPoolTest(unittest.TestCase):
             self.assertTrue(wait_for(lambda: c._busy_since, 5))
             c.put(mom_events._Job("B"), lambda: None)  # every worker busy: a second one starts, and waits
             self.assertTrue(wait_for(lambda: len(spawned) == 2, 5))
+            # the second waits its turn (a loaded machine may start it only once the work was taken)
+            self.assertTrue(wait_for(lambda: len(c._work._waiters) == 1, 5))
             release.set()  # A's worker is done at once and takes B
             self.assertTrue(wait_for(lambda: ran == ["A", "B"], 5), ran)
             self.assertTrue(wait_for(lambda: c._workers == 1, 10), "the worker that was not needed stayed")
