@@ -1,0 +1,134 @@
+"""A file's walk through mom_events: how many functions one file's life
+crosses, how often it calls back into one it already passed, and how deep.
+
+The lean issue (32) measures the module's shape by it.  A watcher is driven
+by hand on simulated time, as the tests drive it (its workers held and run
+in turn): one scan sees the directory empty, then the file is written and
+the scheduler steps, and the workers run, until the file is gone (an
+immediate event: run, then deleted) or renamed (a rejected one: told, then
+renamed).  Every call into a function of mom_events.py meanwhile is
+recorded, on every thread:
+
+- functions: the distinct functions called (``def``s: lambdas and
+  comprehensions are part of the function they are written in, and a
+  generator resumed is not called again);
+- calls back: calls into a function already called earlier in the walk
+  (once it had returned: recursion is not a call back);
+- deepest: the most mom_events frames on one stack.
+
+Standard library only.  Run from the project directory::
+
+    python benchmarks/walk.py            # both walks, a line each
+    python benchmarks/walk.py --calls    # and each walk's calls, indented by depth
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import mom_events  # noqa: E402  (the module under test, from this checkout)
+
+FILES = {
+    "run and deleted": {"type": "immediate", "channelId": "C1", "text": "hello"},
+    "rejected": {"type": "one-shot", "channelId": "C1", "text": "hello", "at": "tomorrow"},
+}
+
+
+GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+class Tracer:
+    """Records the calls into mom_events.py, per thread, with their depth."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, str]] = []  # (depth, qualified name), in order
+        self.depth: dict[int, int] = {}
+        self.resumable: set[int] = set()  # the generators' frames already called
+        self.lock = threading.Lock()
+
+    def __call__(self, frame, event, arg):  # a sys.setprofile function
+        code = frame.f_code
+        if code.co_filename != mom_events.__file__ or event not in ("call", "return") or code.co_name[0] == "<":
+            return
+        me = threading.get_ident()
+        with self.lock:
+            if event == "call":
+                depth = self.depth.get(me, 0) + 1
+                self.depth[me] = depth
+                if code.co_flags & GENERATOR:
+                    if id(frame) in self.resumable:
+                        return
+                    self.resumable.add(id(frame))
+                self.calls.append((depth, code.co_qualname))
+            else:
+                self.depth[me] = self.depth.get(me, 1) - 1
+
+    def figures(self) -> tuple[int, int, int]:
+        seen: set[str] = set()
+        back = 0
+        stack: list[str] = []
+        for depth, name in self.calls:
+            del stack[depth - 1:]
+            if name in seen and name not in stack:
+                back += 1
+            seen.add(name)
+            stack.append(name)
+        return len(seen), back, max((depth for depth, _ in self.calls), default=0)
+
+
+def walk(content: dict[str, object]) -> Tracer:
+    with tempfile.TemporaryDirectory(prefix="mom_walk_") as name:
+        directory = Path(name)
+        now = [time.time()]
+        held: list = []
+        watcher = mom_events.EventsWatcher(directory, lambda event: None, clock=lambda: now[0])
+        watcher._channels._spawn = held.append  # workers run by hand, in turn
+        watcher._channels._linger = 0
+        watcher._startup(now[0], None)  # the start-up scan: the directory is empty
+        path = directory / "walk.json"
+        tracer = Tracer()
+        threading.setprofile(tracer)
+        sys.setprofile(tracer)
+        try:
+            path.write_text(json.dumps(content))
+            for _ in range(100):
+                now[0] += 0.1
+                watcher._tick(now[0])
+                while held:
+                    held.pop(0)()
+                    watcher._tick(now[0], poll=False)
+                if not path.exists():
+                    break
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
+        assert not path.exists(), "the file's walk did not end"
+        watcher.stop(timeout=1)
+        return tracer
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", action="store_true", help="print each walk's calls")
+    args = parser.parse_args()
+    for what, content in FILES.items():
+        tracer = walk(content)
+        functions, back, deepest = tracer.figures()
+        print(f"{what}: {functions} functions, {back} calls back, {deepest} deep ({len(tracer.calls)} calls)")
+        if args.calls:
+            for depth, name in tracer.calls:
+                print(f"  {'  ' * depth}{name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
