@@ -2504,7 +2504,7 @@ class _Channels:
         self._closed = False
         self._loop_gone = False
         self._linger = _LINGER
-        self._spawn = _start_thread           # tests replace it to run workers by hand
+        self._spawn: Callable[[Callable[[], None]], object] = _start_thread
 
     # -- the queues ------------------------------------------------------------
 
@@ -2624,6 +2624,11 @@ class _Channels:
         self._staff()
 
     # -- the worker pool ---------------------------------------------------------
+
+    def spawn(self, start: Callable[[Callable[[], None]], object]) -> None:
+        """Start workers with ``start`` instead of a thread each; they leave
+        as soon as no channel is ready (a test runs them in turn)."""
+        self._spawn, self._linger = start, 0
 
     def staff(self) -> None:
         """``_staff`` for the scheduler's tick."""
@@ -3568,7 +3573,9 @@ class EventsWatcher:
     is its older name, and either False turns both off.  ``clock`` returns
     the wall-clock time as a POSIX timestamp.  ``timezone`` is the user's
     IANA zone: an interval's due time, which has no zone of its own, is shown
-    in it (default: the host's).
+    in it (default: the host's).  ``spawn(work)`` starts a worker that calls
+    ``work()`` (default: a thread); a worker it starts leaves as soon as no
+    channel is ready, so a test can hold them and run each in turn.
     """
 
     def __init__(self, events_dir: str | os.PathLike[str], handler: Callable[[Event], object],
@@ -3578,7 +3585,7 @@ class EventsWatcher:
                  loop: asyncio.AbstractEventLoop | None = None, history: str | os.PathLike[str] | None = None,
                  misfire_grace: float = 0, on_halt: Callable[[str], object] | None = None, standby: bool = False,
                  notify: bool = True, notify_rejected: bool = True, systemd: bool = False,
-                 timezone: str | None = None) -> None:
+                 timezone: str | None = None, spawn: Callable[[Callable[[], None]], object] | None = None) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
         if on_error is not None and not callable(on_error):
@@ -3602,6 +3609,8 @@ class EventsWatcher:
         self._scanner = _Scanner(self.events_dir, poll_interval, None if history is None else os.fspath(history))
         self._channels = _Channels(lambda job: self._files.perform(job), max_queued, self._lost_loop)
         self._channels.loop = loop
+        if spawn is not None:
+            self._channels.spawn(spawn)
         self._files = _Files(self.events_dir, self._scanner, self._channels,
                              _History(history) if history is not None else None,
                              handler, on_error or _log_error, max_queued, notify and notify_rejected, clock,
@@ -3612,6 +3621,7 @@ class EventsWatcher:
         self._looked_at: float | None = None      # the last time one did
         self._life = threading.RLock()  # start() and the beginning of the end, one at a time
         self._thread: threading.Thread | None = None  # the scheduler (or standby) thread
+        self._stepped = False  # started without it: the caller takes each step()
         self._closer: threading.Thread | None = None  # the last writer: lets the directory go
         self._wake = threading.Event()  # set when stopping: a standby's wait ends at once
         self._stopping = False
@@ -3621,10 +3631,12 @@ class EventsWatcher:
 
     # -- public API ---------------------------------------------------------
 
-    def start(self) -> EventsWatcher:
+    def start(self, thread: bool = True) -> EventsWatcher:
         """Take the directory's lock, scan it, act on what is there, and start
         the scheduler thread.  Returns once the start-up scan is done.  Raises
-        EventError naming the process when another harness watches it."""
+        EventError naming the process when another harness watches it.
+        ``thread=False``: no scheduler thread; the caller takes each step()
+        itself, as ``sched.scheduler.run(blocking=False)`` lets it."""
         asyncio = sys.modules.get("asyncio")  # not imported: no loop can be running
         if self._channels.loop is None:
             try:
@@ -3638,12 +3650,12 @@ class EventsWatcher:
         with self._life:
             if self._closer is not None:
                 raise RuntimeError("this EventsWatcher was stopped; make a new one to watch again")
-            if self._thread is not None:
+            if self._thread is not None or self._stepped:
                 raise RuntimeError("an EventsWatcher can be started only once")
             try:
                 trace = self._scanner.lock()
             except EventError as exc:
-                if not self._standby:
+                if not self._standby or not thread:  # a standby waits on a thread of its own
                     raise
                 log.warning("%s; standing by to take over when it exits", exc)
                 self._systemd.send("READY=1", f"STATUS=standing by: {exc}")
@@ -3656,6 +3668,9 @@ class EventsWatcher:
                     raise
                 self._systemd.send("READY=1", f"STATUS=watching {self.events_dir}")
                 target = self._run
+                if not thread:
+                    self._stepped = True
+                    return self
             self._thread = threading.Thread(target=target, name="mom_events-scheduler", daemon=True)
             self._thread.start()
         return self
@@ -3667,6 +3682,19 @@ class EventsWatcher:
         if self._channels.loop is None and _is_async(fn):
             raise TypeError("a coroutine function needs an event loop: pass loop= or start() inside one")
         return self._channels.submit(channel_id, fn)
+
+    def step(self, now: float | None = None, scan: bool = True) -> float | None:
+        """One step of the scheduler of a watcher started with
+        ``start(thread=False)``, as its thread takes it: take in the runs that
+        ended, look at the directory (if ``scan``), and fire what is due at
+        ``now`` (default: ``clock()``).  Returns when the next firing or
+        retry is due, if any: the thread sleeps until then or its next scan."""
+        if not self._stepped:
+            raise RuntimeError("step() is for a watcher started with start(thread=False)")
+        if self._stopping:
+            return None
+        upcoming = self._tick(self._clock() if now is None else now, scan)
+        return None if upcoming is None else upcoming[0]
 
     def scheduled_count(self) -> int:
         """How many events have a firing scheduled."""

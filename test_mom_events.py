@@ -98,9 +98,9 @@ class Harness:
         sweep_all = mock.patch.object(mom_events, "_sweep_batch", lambda known, cost, interval: known)
         sweep_all.start()  # ... every file, however slow a stat is on a loaded machine
         test.addCleanup(sweep_all.stop)
-        self.w = EventsWatcher(self.dir, lambda event: self.handler(event), clock=lambda: self.now, **kwargs)
-        self.w._channels._spawn = hold(self.workers)
-        self.w._channels._linger = 0  # workers run by hand must not wait for more work
+        self.w = EventsWatcher(self.dir, lambda event: self.handler(event), clock=lambda: self.now,
+                               spawn=self.workers.append, **kwargs)
+        test.addCleanup(self.w._scanner.release)  # the lock start() took: the test's end is a clean stop
 
     def write(self, name, content, mtime=None):
         path = self.dir / name
@@ -116,7 +116,7 @@ class Harness:
         return (self.dir / name).exists()
 
     def start(self):
-        self.w._startup(self.now, None)  # what start() does before the scheduler thread, with no trace
+        self.w.start(thread=False)
         self.run_workers()
 
     def tick(self, now=None, workers=True):
@@ -124,31 +124,38 @@ class Harness:
         then the workers run (``workers=False``: their runs go on)."""
         if now is not None:
             self.now = now
-        self.w._tick(self.now)
+        self.w.step(self.now)
         if workers:
             self.run_workers()
 
     def step(self, now):
         """A step at ``now`` between polls: what is due fires (or is read
         again).  Returns when the next step is due, as the thread takes it."""
-        return self.w._tick(now, poll=False)
+        return self.w.step(now, scan=False)
 
     def advance(self, seconds):
         """Move time forward, waking when each step says, like the real loop."""
         end = self.now + seconds
         upcoming = self.step(self.now)
-        while upcoming is not None and upcoming[0] <= end:
-            self.now = max(upcoming[0], self.now)
+        while upcoming is not None and upcoming <= end:
+            self.now = max(upcoming, self.now)
             upcoming = self.step(self.now)
             if self.workers:
                 self.run_workers()
                 upcoming = self.step(self.now)
         self.tick(end)
 
-    def take_over(self, waiting_since, trace=None):
-        """What a standby does once the lock is free: the start-up, for a
-        standby that began waiting at ``waiting_since``."""
+    def startup(self, trace, waiting_since=None):
+        """What start(thread=False) does once the lock is taken, without the
+        lock: the start-up after a harness whose lock file said ``trace``
+        (when it was last alive, and whether it stopped cleanly), by a
+        standby that began waiting at ``waiting_since``, if one."""
         self.w._startup(self.now, trace, waiting_since)
+        self.w._stepped = True  # as start(thread=False) leaves it
+
+    def take_over(self, waiting_since, trace=None):
+        """What a standby does once the lock is free, then its workers run."""
+        self.startup(trace, waiting_since)
         self.run_workers()
 
     def run_workers(self):
@@ -1283,7 +1290,7 @@ class LanguageTest(unittest.TestCase):
         h.write("p.json", {**periodic("0 * * * *", text="hourly"), "catchUp": True,
                            "until": "2027-03-01T11:30:00Z"})
         with self.assertLogs("mom_events", "INFO"):
-            h.w._startup(h.now, (h.now - 7200, True))
+            h.startup((h.now - 7200, True))
             h.run_workers()
         self.assertEqual([(e.text, e.late) for _, e in h.fired], [("hourly", 3600.0)])
         self.assertFalse(h.exists("p.json"))
@@ -2321,7 +2328,7 @@ class SweepForgetsTest(unittest.TestCase):
         with self.assertLogs("mom_events", "ERROR"):
             h.advance(1)
         self.assertEqual(sorted(path.name for path in h.dir.iterdir()),
-                         [".mom_events.journal", "bad.json.rejected", "kept.json"])
+                         [".mom_events.journal", ".mom_events.lock", "bad.json.rejected", "kept.json"])
         real, stated = os.stat, []
 
         def counting(path, *args, **kwargs):
@@ -5550,10 +5557,10 @@ class JournalAccountTest(unittest.TestCase):
                                   "due": t0 + 10, "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
                                   "final": False, "sid": 2 ** 22 + 1, "start": 1})
         b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._files.history.path)
-        b.w._startup(b.now, (t0 + 12, False))
+        b.startup((t0 + 12, False))
         b.advance(20)  # B runs t0 + 20 and t0 + 30, then dies
         c = Harness(self, now=b.now + 1, directory=h.dir, history=h.w._files.history.path)
-        c.w._startup(c.now, (b.now, False))
+        c.startup((b.now, False))
         missed = [r["detail"] for r in read_history(h.w._files.history.path) if r["outcome"] == "missed"]
         self.assertEqual(missed, ["1 occurrence fell due while no harness was running"])
 
@@ -7673,8 +7680,6 @@ class DirectoryLockTest(unittest.TestCase):
 
     def test_a_directory_made_anew_that_cannot_be_locked_yet_is_waited_for(self):
         h = Harness(self)
-        h.w._scanner.lock()  # as start() takes it
-        self.addCleanup(h.w._scanner.release)
         h.start()
         subprocess.run(["rm", "-rf", str(h.dir)], check=True)
         h.dir.mkdir()
@@ -7692,8 +7697,6 @@ class DirectoryLockTest(unittest.TestCase):
 
     def test_what_a_directory_made_anew_holds_is_judged_as_written_while_no_harness_looked(self):
         h = Harness(self, now=utc(2026, 3, 2, 9).timestamp())
-        h.w._scanner.lock()
-        self.addCleanup(h.w._scanner.release)
         h.start()
         subprocess.run(["rm", "-rf", str(h.dir)], check=True)  # replaced, by a restore say, while the
         h.dir.mkdir()                                           # machine slept ten minutes
@@ -7975,6 +7978,46 @@ def close_stopped_loop(loop):
     loop.close()
 
 
+class StepTest(unittest.TestCase):
+    """start(thread=False) and step(): the scheduler driven by its caller, on its clock."""
+
+    def test_a_caller_steps_a_one_shot_to_its_run_on_simulated_time(self):
+        d, now, fired, workers = temp_dir(self, "mom_events_step_"), [utc(2027, 3, 14, 6).timestamp()], [], []
+        (d / "wake.json").write_text(json.dumps(one_shot(now[0] + 3600, text="wake")))
+        w = EventsWatcher(d, fired.append, clock=lambda: now[0], spawn=workers.append).start(thread=False)
+        self.addCleanup(w.stop)
+        self.assertEqual(w.step(), now[0] + 3600)  # nothing due: when the next is
+        self.assertEqual((fired, workers), ([], []))
+        now[0] += 3600
+        self.assertIsNone(w.step(scan=False))  # it fires: a worker is asked for, and held
+        self.assertEqual(len(workers), 1)
+        workers.pop()()  # it runs to its end on this thread: nothing else is ready
+        self.assertEqual([e.text for e in fired], ["wake"])
+        w.step()  # its run is taken in: the file goes
+        self.assertFalse((d / "wake.json").exists())
+        self.assertEqual(w.stop(), [])
+        self.assertIsNone(w.step())  # stopped: a step does nothing
+
+    def test_step_is_for_a_watcher_started_without_a_thread(self):
+        d = temp_dir(self, "mom_events_step_")
+        w = EventsWatcher(d, lambda event: None)
+        with self.assertRaisesRegex(RuntimeError, r"start\(thread=False\)"):
+            w.step()
+        w.start()
+        self.addCleanup(w.stop)
+        with self.assertRaisesRegex(RuntimeError, r"start\(thread=False\)"):
+            w.step()
+        with self.assertRaisesRegex(RuntimeError, "only once"):
+            w.start(thread=False)
+
+    def test_without_a_thread_there_is_no_standing_by(self):
+        d = temp_dir(self, "mom_events_step_")
+        holder = EventsWatcher(d, lambda event: None).start()
+        self.addCleanup(holder.stop)
+        with self.assertRaisesRegex(EventError, "already watched"):
+            EventsWatcher(d, lambda event: None, standby=True).start(thread=False)
+
+
 class StoppedLoopTest(unittest.TestCase):
     def test_a_loop_stopped_but_not_closed_halts_the_watcher_and_the_file_stays(self):
         d = temp_dir(self, "mom_events_loop_")
@@ -8047,7 +8090,8 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         h.tick(h.now + 0.1)
         h.tick(h.now + 0.1)
         self.assertEqual(h.texts(), ["first", "second"])
-        self.assertEqual(os.listdir(h.dir), [".mom_events.journal"])  # nothing left under a private name
+        # nothing left under a private name
+        self.assertEqual(sorted(os.listdir(h.dir)), [".mom_events.journal", ".mom_events.lock"])
 
     def test_a_file_removed_as_the_one_that_ran_is_moved_away_is_no_error(self):
         h = Harness(self)
@@ -8061,7 +8105,8 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         with mock.patch.object(mom_events.os, "rename", removed_first), self.assertNoLogs("mom_events", "WARNING"):
             h.tick(h.now + 0.1)
             h.tick(h.now + 0.1)
-        self.assertEqual((h.texts(), os.listdir(h.dir)), (["first"], [".mom_events.journal"]))
+        self.assertEqual((h.texts(), sorted(os.listdir(h.dir))),
+                         (["first"], [".mom_events.journal", ".mom_events.lock"]))
 
     def test_a_taken_file_is_put_back_by_a_link_or_else_a_rename_and_never_over_a_newer_one(self):
         d = temp_dir(self, "mom_events_putback_")
@@ -8407,7 +8452,7 @@ class DowntimeTest(unittest.TestCase):
         return h
 
     def start(self, h):
-        h.w._startup(h.now, None if h.down_since is None else (h.down_since, True))  # a clean stop
+        h.startup(None if h.down_since is None else (h.down_since, True))  # a clean stop
         h.run_workers()
 
     def test_immediates_written_before_the_window_run_those_inside_it_are_stale(self):
@@ -8474,7 +8519,7 @@ class DowntimeTest(unittest.TestCase):
         h.write("due.json", one_shot(beat + 1, text="due"), mtime=beat - 600)  # waiting when it died
         h.write("p.json", {**periodic("*/20 * * * * *", text="ran"), "catchUp": True})  # ran at beat + 0.5
         with self.assertLogs("mom_events", "INFO"):
-            h.w._startup(h.now, (beat, False))  # no clean stop: it was killed
+            h.startup((beat, False))  # no clean stop: it was killed
             h.run_workers()
         self.assertEqual(sorted(e.text for _, e in h.fired), ["due", "queued"])
 
@@ -8497,7 +8542,7 @@ class DowntimeTest(unittest.TestCase):
         h = self.harness(60)
         h.write("old.json", immediate(text="old"), mtime=h.now - 86400 * 2)
         with self.assertLogs("mom_events", "INFO") as logs:
-            h.w._startup(h.now, (h.now + 3600, True))
+            h.startup((h.now + 3600, True))
             h.run_workers()
         self.assertEqual(h.fired, [])
         self.assertIn("a harness was alive 1 hour from now; when none ran is unknown", "\n".join(logs.output))
@@ -8636,7 +8681,7 @@ class CrashTest(unittest.TestCase):
     def successor(self, dead, now, last_beat, clean=False):
         """What takes over from ``dead`` at ``now``, when its lock's last beat was at ``last_beat``."""
         h = self.harness(now=now, directory=dead.dir)
-        h.w._startup(now, (last_beat, clean))
+        h.startup((last_beat, clean))
         h.run_workers()
         return h
 
@@ -8663,7 +8708,7 @@ class CrashTest(unittest.TestCase):
     def test_a_run_cut_short_by_the_kill_is_recorded_and_its_file_runs_again(self):
         h = self.harness()
         h.write("hook.json", immediate(text="hook"))
-        h.w._startup(h.now, None)  # queued, not run: its worker is held
+        h.startup(None)  # queued, not run: its worker is held
         self.assertEqual(len(h.workers), 1)
         journal = h.w._files.journal
         journal.write({"kind": "run", "id": 99, "file": "hook.json", "type": "immediate", "channelId": "C1",
@@ -8721,11 +8766,11 @@ class CrashTest(unittest.TestCase):
                 h.write("p.json", {**periodic("*/10 * * * * *", text="tick"), "catchUp": True}, mtime=h.now - 600)
                 trace = (h.now - 60, True)  # stopped a minute ago: 6 occurrences missed
                 with self.assertLogs("mom_events", "INFO"):
-                    h.w._startup(h.now, trace)
+                    h.startup(trace)
                 if started:
                     h.workers.pop(0)()  # the catch-up ran; killed before the first beat
                 after = self.harness(now=h.now + 1, directory=h.dir)
-                after.w._startup(after.now, trace)
+                after.startup(trace)
                 after.run_workers()
                 self.assertEqual(len(h.fired) + len(after.fired), 1)
                 missed = [r["detail"] for r in read_history(self.history) if r["outcome"] == "missed"]
@@ -8741,7 +8786,7 @@ class CrashTest(unittest.TestCase):
         h = self.harness()
         h.write("dentist.json", one_shot(h.now - 300, "C2", text="dentist"), mtime=h.now - 86400 * 700)
         with self.assertLogs("mom_events", "INFO"):
-            h.w._startup(h.now, (h.now - 600, True))
+            h.startup((h.now - 600, True))
         self.assertFalse(h.exists("dentist.json"))
         self.assertEqual((h.fired, len(h.workers)), ([], 1))  # killed before the notice ran
         with self.assertLogs("mom_events", "INFO") as logs:
@@ -8758,7 +8803,7 @@ class CrashTest(unittest.TestCase):
         h = self.harness()
         h.write("bad.json", {"type": "one-shot", "channelId": "C3", "text": "x"})
         with self.assertLogs("mom_events", "ERROR"):
-            h.w._startup(h.now, None)
+            h.startup(None)
             for delay in (0.1, 0.2, 0.4):  # the retries, then the rename
                 h.now += delay
                 h.step(h.now)
@@ -8791,7 +8836,7 @@ class CrashTest(unittest.TestCase):
     def test_the_journal_is_rewritten_small_keeping_what_is_open(self):
         h = self.harness()
         h.write("slow.json", immediate("C9", text="slow"))
-        h.w._startup(h.now, None)
+        h.startup(None)
         journal = h.w._files.journal
         for i in range(2000):  # 2,000 runs come and go
             journal.write({"kind": "end", "id": 10_000 + i, "file": f"f{i}.json", "type": "immediate",
@@ -8914,8 +8959,6 @@ class FaultTest(unittest.TestCase):
 
     def test_directory_replaced_by_a_file(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
-        h.w._scanner.lock()  # as start() takes it: a new inode at the path is not locked as a directory
-        self.addCleanup(h.w._scanner.release)
         h.write("p.json", periodic("* * * * *"))
         h.start()
         subprocess.run(["rm", "-rf", str(h.dir)], check=True)
