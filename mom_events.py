@@ -186,7 +186,6 @@ class Event:
     start: str | None = None  # periodic: no occurrence before it (an interval's first)
     until: str | None = None  # periodic: no occurrence after it
     span: str | None = None   # periodic, with every and schedule: how long each run of the schedule lasts ("for")
-    _timing: _Timing | None = field(default=None, repr=False, compare=False)  # when it runs: read once, by _parse
 
     @property
     def message(self) -> str:
@@ -334,8 +333,9 @@ def parse_event(data: str | bytes, filename: str) -> Event:
     return _parse(data, filename)[0]
 
 
-def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
-    """``parse_event``, and the fields it ignored."""
+def _parse(data: str | bytes, filename: str) -> tuple[Event, _Timing, list[str]]:
+    """``parse_event``, with when the event runs (read once, here) and the
+    fields it ignored."""
     if len(filename) > _MAX_NAME:
         raise EventError(_clip(filename), f"the file name is {len(filename)} characters long "
                                           f"(at most {_MAX_NAME}, as on Linux filesystems)")
@@ -370,13 +370,13 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
         if zone is not None:
             _zone(zone)
         if kind == "immediate":
-            return Event(filename, kind, channel_id, text, _timing=_ON_ARRIVAL), ignored
+            return Event(filename, kind, channel_id, text), _ON_ARRIVAL, ignored
         if kind == "one-shot":
             at = _string_field(obj, "at", filename)
             instant, wall = _parse_instant("at", at, filename, zone), datetime.fromisoformat(at)
             timing = _Once(instant, None if zone is None or wall.tzinfo is not None else (zone, wall))
-            return Event(filename, kind, channel_id, text, at=at, timezone=zone, _timing=timing), ignored
-        return _periodic(obj, filename, channel_id, text, zone), ignored
+            return Event(filename, kind, channel_id, text, at=at, timezone=zone), timing, ignored
+        return *_periodic(obj, filename, channel_id, text, zone), ignored
     except _CronError as exc:
         raise (_NeedsCroniter if exc.needs_croniter else EventError)(filename, str(exc)) from None
 
@@ -405,7 +405,8 @@ def _one_edit(a: str, b: str) -> bool:
     return a[at + 1:] == b[at + 1:] or a[at:at + 2] == b[at:at + 2][::-1] and a[at + 2:] == b[at + 2:]
 
 
-def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str, zone: str | None) -> Event:
+def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
+              zone: str | None) -> tuple[Event, _Timing]:
     catch_up = obj.get("catchUp", False)
     if not isinstance(catch_up, bool):
         raise EventError(filename, f'"catchUp" must be true or false, not {_json_type(catch_up)}')
@@ -438,7 +439,7 @@ def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
                               -math.inf if begins is None else begins.timestamp(),
                               math.inf if ends is None else ends.timestamp())
     return Event(filename, "periodic", channel_id, text, schedule=schedule, timezone=zone, catch_up=catch_up,
-                 every=every, start=start, until=until, span=span, _timing=timing)
+                 every=every, start=start, until=until, span=span), timing
 
 
 # Characters that print as a blank, though neither whitespace nor unprintable to
@@ -1204,13 +1205,6 @@ def _periodic_timing(schedule: str | None, timezone: str | None, step: int | Non
     return _Window(since, until, _compile_cron(schedule), schedule, timezone, step, span)
 
 
-def _timing(event: Event) -> _Timing:
-    """A valid event's timing, as the parser read it."""
-    if event._timing is None:
-        raise TypeError(f"{event.filename}: a {event.type} event that parse_event did not make has no timing")
-    return event._timing
-
-
 # ---------------------------------------------------------------------------
 # Judging: what becomes of a valid event, decided once for the harness and
 # for --check alike
@@ -1302,8 +1296,8 @@ def _down_since(trace: tuple[float, bool] | None, now: float) -> float | None:
     return min(now, seen if clean else seen + _DIED_WITHIN)
 
 
-def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) -> _Verdict:
-    """The fate of a valid ``event`` whose file, modified at ``mtime_ns``, is
+def _judge(event: Event, timing: _Timing, mtime_ns: int, now: float, startup: _Startup | None) -> _Verdict:
+    """The fate of a valid ``event``, run at ``timing``, whose file, modified at ``mtime_ns``, is
     read at ``now``: by a first look (``startup``), or by a harness that was
     running when the file appeared (None; what --check assumes)."""
     if event.type == "immediate":
@@ -1313,7 +1307,7 @@ def _judge(event: Event, mtime_ns: int, now: float, startup: _Startup | None) ->
             return _Verdict("drop", outcome="stale",
                             reason="immediate event written while no harness was running (stale)")
         return _Verdict("run")
-    timing, mtime = _timing(event), mtime_ns / 1e9
+    mtime = mtime_ns / 1e9
     if isinstance(timing, _Periodic):
         due = timing.next_after(now, mtime)
         if math.isinf(due) and math.isinf(timing.next_after(mtime, mtime)):  # as a one-shot's past "at" is
@@ -1389,9 +1383,9 @@ def _no_run_left(event: Event, now: float) -> str:
             f"(it is now {datetime.fromtimestamp(now, until.tzinfo).isoformat(timespec='seconds')})")
 
 
-def _missed_notice(event: Event, due: float, startup: _Startup) -> Event:
+def _missed_notice(event: Event, timing: _Timing, due: float, startup: _Startup) -> Event:
     """What a one-shot deleted unrun as missed tells the agent, on its channel."""
-    tz = _timing(event).clock(None)
+    tz = timing.clock(None)
     spell = ""
     if startup.down_since is not None:
         since, until = datetime.fromtimestamp(startup.down_since, tz), datetime.fromtimestamp(startup.start, tz)
@@ -1402,13 +1396,13 @@ def _missed_notice(event: Event, due: float, startup: _Startup) -> Event:
     return Event(event.filename, "missed", event.channel_id, text, at=event.at)
 
 
-def _aware(event: Event, due: float | None, user: tzinfo | None = None) -> datetime | None:
+def _aware(timing: _Timing, due: float | None, user: tzinfo | None = None) -> datetime | None:
     """An occurrence's due time as the agent reads it: at the one-shot's own
     offset, in the periodic event's timezone; an interval, which has none,
     in the ``user``'s (default: the host's)."""
     if due is None or math.isinf(due):
         return None
-    return datetime.fromtimestamp(due, UTC).astimezone(_timing(event).clock(user))
+    return datetime.fromtimestamp(due, UTC).astimezone(timing.clock(user))
 
 
 # ---------------------------------------------------------------------------
@@ -2965,6 +2959,7 @@ class _File:
     sig: _Sig                         # the stat signature of what was read last (or, before that, seen)
     digest: int | None = None
     event: Event | None = None
+    timing: _Timing = _ON_ARRIVAL     # when its event runs
     attempts: int = 0                 # parse retries so far
     first_look: _Startup | None = None  # found by a first look (start-up, after a blind spell)
     queued: _Job | None = None     # its last occurrence put on a queue (it may have started since)
@@ -3163,7 +3158,7 @@ class _Files:
         f.sig, f.digest = sig, digest
         self._scanner.note_read(f.name, digest, read_ns, sig)
         try:
-            event, ignored = _parse(data, f.name)
+            event, f.timing, ignored = _parse(data, f.name)
         except _NeedsCroniter as exc:  # said once, as above
             f.event = None
             log.error("%s; leaving the file in place", exc)
@@ -3255,7 +3250,7 @@ class _Files:
 
     def _plan(self, f: _File, event: Event, now: float, data: bytes) -> None:
         """A valid event (``data``, just read): act on the judge's verdict."""
-        verdict = _judge(event, f.sig[3], now, f.first_look)
+        verdict = _judge(event, f.timing, f.sig[3], now, f.first_look)
         if verdict.missed:  # a periodic event's occurrences that fell in a downtime
             count = f"{verdict.missed}{' or more' if verdict.missed >= _MISSED_COUNT else ''}"
             caught = ("; running the latest now, late (catchUp)" if event.catch_up and verdict.action != "drop"
@@ -3265,7 +3260,7 @@ class _Files:
             log.info("%s: %s", f.name, detail)
             self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
             self.journal.write({"kind": "counted", "file": f.name, "mtime": f.sig[3], "until": now})
-        if verdict.action in ("schedule", "run") and (note := _timing(event).note(now)) is not None:
+        if verdict.action in ("schedule", "run") and (note := f.timing.note(now)) is not None:
             log.info("%s: %s", f.name, note)
         if verdict.action == "schedule":
             if verdict.catch_up is not None:
@@ -3285,7 +3280,7 @@ class _Files:
             if verdict.outcome == "missed":
                 # the judge's contract: only a first look misses, and what was missed was due
                 assert verdict.due is not None and f.first_look is not None
-                notice = self._announce(f, _missed_notice(event, verdict.due, f.first_look))
+                notice = self._announce(f, _missed_notice(event, f.timing, verdict.due, f.first_look))
             if self._delete(f):
                 self._tell(notice)
             else:
@@ -3295,7 +3290,7 @@ class _Files:
         event = f.parsed
         final = event.type != "periodic"
         if not final:
-            after = _timing(event).next_after(now, f.sig[3] / 1e9)  # from now: no catch-up
+            after = f.timing.next_after(now, f.sig[3] / 1e9)  # from now: no catch-up
             final = math.isinf(after)
             if final:
                 log.info("%s: this is its last occurrence; the file is deleted once it has run", f.name)
@@ -3310,7 +3305,7 @@ class _Files:
         the ``final`` one has run, the file is deleted."""
         event = f.parsed
         final = event.type != "periodic" if final is None else final
-        occurrence = replace(event, due=_aware(event, due, self._zone), late=late)
+        occurrence = replace(event, due=_aware(f.timing, due, self._zone), late=late)
         job = _Job(event.channel_id, event=occurrence, generation=self.schedule.generation(f.name),
                    sig=f.sig, digest=f.digest, due=due, final=final, id=self.journal.next_id())
         if f.queued is not None and self._channels.merge(f.queued, final):  # that one is the last now, if final
@@ -4451,7 +4446,7 @@ def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None,
     ``agenda``, if given."""
     try:
         data, sig = _read_file(path)
-        event, ignored = _parse(data, name)
+        event, timing, ignored = _parse(data, name)
     except EventError as exc:
         return False, str(exc)
     except _NotRegular as exc:
@@ -4464,12 +4459,12 @@ def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None,
             return False, _ignored(name, entry.kind)
         return False, f"{name}: cannot be read ({exc.strerror or exc})"
     what = f"{event.type} on channel {event.channel_id}"
-    verdict = _judge(event, sig[3], now, None)
+    verdict = _judge(event, timing, sig[3], now, None)
     notes = [_unknown_fields(ignored)] if ignored else []
     if event.schedule is not None and _compile_cron(event.schedule).days.either:
         notes.append("note: both day fields are restricted, so it runs on days matching either field "
                      "(a + before the day-of-week asks for both)")
-    if verdict.action not in ("reject", "drop") and (note := _timing(event).note(now)) is not None:
+    if verdict.action not in ("reject", "drop") and (note := timing.note(now)) is not None:
         notes.append(note)  # daylight saving's surprise, said aloud
     notes_text = "".join(f"; {note}" for note in notes)
     if verdict.action in ("reject", "drop"):
@@ -4483,15 +4478,16 @@ def _check_line(path: str, name: str, now: float, zone: tzinfo | None = None,
         assert verdict.late is not None
         said = f"{what}, runs at once, late by {_span(verdict.late)}: {verdict.reason}"
     elif event.type == "one-shot":
-        said = f"{what}, at {_shown(due, zone, _own_clock(due, event, zone), f'in {_span(round(due - now))}')}"
+        said = f"{what}, at {_shown(due, zone, _own_clock(due, event, timing, zone), f'in {_span(round(due - now))}')}"
     else:
-        said = _periodic_line(what, event, due, now, mtime, zone)
+        said = _periodic_line(what, event, timing, due, now, mtime, zone)
     if agenda is not None:
-        agenda.append((_runs(event, due, mtime), f"{name}, {what}: {_clip(event.text, 60)}"))
+        agenda.append((_runs(timing, due, mtime), f"{name}, {what}: {_clip(event.text, 60)}"))
     return True, f"{name}: ok: {said}{notes_text}"
 
 
-def _periodic_line(what: str, event: Event, due: float, now: float, mtime: float, zone: tzinfo | None) -> str:
+def _periodic_line(what: str, event: Event, timing: _Timing, due: float, now: float, mtime: float,
+                   zone: tzinfo | None) -> str:
     """What --check says of a periodic event whose next run is ``due``: its
     schedule, its flags in words, its next three runs and its last."""
     said = [what, f"{_when(event)}" + ("" if event.schedule is None else f" in {event.timezone}")]
@@ -4501,31 +4497,30 @@ def _periodic_line(what: str, event: Event, due: float, now: float, mtime: float
         said.append(f"until {_bound('until', event.until, zone)}")
     if event.catch_up:
         said.append("catches up one missed run (catchUp)")
-    runs = list(itertools.islice(_runs(event, due, mtime), 4))  # a fourth: whether the third is the last
-    times = [_shown(when, zone, _own_clock(when, event, zone), f"in {_span(round(due - now))}" if k == 0 else None,
-                    "the last" if k == len(runs) - 1 else None) for k, when in enumerate(runs[:3])]
+    runs = list(itertools.islice(_runs(timing, due, mtime), 4))  # a fourth: whether the third is the last
+    times = [_shown(when, zone, _own_clock(when, event, timing, zone),
+                    f"in {_span(round(due - now))}" if k == 0 else None, "the last" if k == len(runs) - 1 else None)
+             for k, when in enumerate(runs[:3])]
     last = ""
     if len(runs) > 3 and event.until is not None:
-        when = _last_run(event, runs[2], mtime)
-        last = f"; last run {_shown(when, zone, _own_clock(when, event, zone))}"
+        when = _last_run(timing, runs[2], mtime)
+        last = f"; last run {_shown(when, zone, _own_clock(when, event, timing, zone))}"
     return f"{', '.join(said)}; next {', '.join(times)}{last}"
 
 
-def _runs(event: Event, due: float, mtime: float) -> Iterator[float]:
+def _runs(timing: _Timing, due: float, mtime: float) -> Iterator[float]:
     """An event's runs from its next, ``due``, on: a one-shot's one, a
     periodic event's every one (of its file written at ``mtime``)."""
-    timing = _timing(event)
     while math.isfinite(due):
         yield due
         due = timing.next_after(due, mtime)
 
 
-def _last_run(event: Event, after: float, mtime: float) -> float:
+def _last_run(timing: _Timing, after: float, mtime: float) -> float:
     """A periodic event's last run before its ``until``, given an instant
     ``after`` that has a run after it.  A schedule is only walked forward: it
     is looked for back from ``until``, a step twice as long each time, then
     walked forward to the end."""
-    timing = _timing(event)
     assert isinstance(timing, _Periodic) and math.isfinite(timing.until)
     back = 1.0
     while math.isinf(due := timing.next_after(max(timing.until - back, after), mtime)):
@@ -4546,7 +4541,7 @@ def _shown(when: float, zone: tzinfo | None, *remarks: str | None) -> str:
     return f"{text} ({', '.join(said)})" if said else text
 
 
-def _own_clock(when: float, event: Event, zone: tzinfo | None) -> str | None:
+def _own_clock(when: float, event: Event, timing: _Timing, zone: tzinfo | None) -> str | None:
     """What the event's own clock reads at ``when``, where the user's reads
     otherwise: its ``timezone``'s wall time (an interval has no zone of its
     own), or a one-shot's ``at`` as written."""
@@ -4560,7 +4555,7 @@ def _own_clock(when: float, event: Event, zone: tzinfo | None) -> str | None:
             return None
         day = "" if own.date() == mine.date() else f"{own.date()} "
         return f"{day}{own.strftime('%H:%M:%S' if own.second else '%H:%M')} in {event.timezone}"
-    if isinstance(timing := event._timing, _Once) and _utc_offset(timing.at) != _utc_offset(mine):
+    if isinstance(timing, _Once) and _utc_offset(timing.at) != _utc_offset(mine):
         return f"as written: {event.at}"
     return None
 

@@ -5,6 +5,7 @@ end-to-end tests use the real thread, real files and the CLI."""
 import ast
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import errno
 import functools
@@ -17,6 +18,7 @@ import json
 import logging
 import math
 import os
+import pickle
 import random
 import re
 import selectors
@@ -186,6 +188,19 @@ class ParseEventTest(unittest.TestCase):
                               (86400, "1 day"), (172800, "2 days")]:
             self.assertEqual(mom_events._span(seconds), text)
 
+    def test_an_event_is_plain_data(self):
+        """A bot may copy, pickle or log an event as a dict: the review of the timing objects found a
+        cron's lock in a periodic event when its timing was kept in it."""
+        for content in (immediate(), one_shot("2027-01-01T09:00:00+01:00"), periodic("0 9 * * *"),
+                        {"type": "periodic", "channelId": "C1", "text": "x", "every": "1h"}):
+            event = parse_event(json.dumps(content), "x.json")
+            for value in (event, dataclasses.replace(event, due=datetime(2027, 1, 1, tzinfo=UTC), late=2.0)):
+                self.assertEqual(pickle.loads(pickle.dumps(value)), value)
+                self.assertEqual(copy.deepcopy(value), value)
+                self.assertEqual(list(dataclasses.asdict(value)),
+                                 ["filename", "type", "channel_id", "text", "at", "schedule", "timezone", "late", "due",
+                                  "catch_up", "every", "start", "until", "span"])
+
     def test_quotes_are_clipped_at_40_characters(self):
         self.assertEqual(mom_events._clip("x" * 40), "x" * 40)
         self.assertEqual(mom_events._clip("x" * 41), "x" * 40 + "…")
@@ -319,9 +334,22 @@ class ParseEventTest(unittest.TestCase):
 # ---------------------------------------------------------------------------
 
 
+def timing_of(event: Event):
+    """When a parsed ``event`` runs, as the parser reads it from its file."""
+    content = {"type": event.type, "channelId": event.channel_id, "text": event.text, "at": event.at,
+               "schedule": event.schedule, "timezone": event.timezone, "every": event.every, "for": event.span,
+               "start": event.start, "until": event.until, "catchUp": event.catch_up or None}
+    return mom_events._parse(json.dumps({k: v for k, v in content.items() if v is not None}), event.filename)[1]
+
+
+def judge(event: Event, *args):
+    """The judge's verdict on a parsed ``event``: ``mom_events._judge``'s arguments after the timing."""
+    return mom_events._judge(event, timing_of(event), *args)
+
+
 def dst_note(event: Event, now: float) -> str | None:
     """What the harness and --check say daylight saving does to ``event``."""
-    return mom_events._timing(event).note(now)
+    return timing_of(event).note(now)
 
 
 def utc(*args):
@@ -408,7 +436,7 @@ class CronTest(unittest.TestCase):
 
         def next_ts(fields):
             event = parse_event(json.dumps({"type": "periodic", "channelId": "C", "text": "x", **fields}), "p.json")
-            return mom_events._timing(event).next_after(now, now)
+            return timing_of(event).next_after(now, now)
         daily = {"schedule": "0 9 * * *", "timezone": "UTC"}
         self.assertEqual(next_ts({**daily, "start": "2030-01-01T09:00:00+00:00"}), utc(2030, 1, 1, 9).timestamp())
         self.assertEqual(next_ts({**daily, "start": "2030-01-01T09:00:00.000001+00:00"}),
@@ -624,7 +652,7 @@ class DaylightSavingSaidTest(unittest.TestCase):
             with self.subTest(zone=zone, wall=wall):
                 event = parse_event(json.dumps({"type": "one-shot", "channelId": "C1", "text": "x",
                                                 "at": wall.isoformat(), "timezone": zone}), "a.json")
-                self.assertEqual(mom_events._timing(event).at.timestamp(), expected.timestamp())  # PEP 495: not ==
+                self.assertEqual(timing_of(event).at.timestamp(), expected.timestamp())  # PEP 495: not ==
                 self.assertEqual(dst_note(event, utc(2027, 1, 1).timestamp()), note)
                 h = Harness(self, now=(expected - timedelta(days=1)).timestamp())
                 h.write("a.json", {"type": "one-shot", "channelId": "C1", "text": "x", "at": wall.isoformat(),
@@ -680,7 +708,7 @@ class DaylightSavingSaidTest(unittest.TestCase):
         self.assertIn("2027-03-14", dst_note(parse_event(json.dumps(hourly), "b.json"), now))
 
     def test_an_immediate_event_runs_at_no_time(self):
-        timing = mom_events._timing(parse_event(json.dumps(immediate()), "i.json"))
+        timing = timing_of(parse_event(json.dumps(immediate()), "i.json"))
         now, zone = utc(2027, 3, 14, 7).timestamp(), ZoneInfo("America/New_York")
         self.assertEqual((timing.next_after(now, now), timing.clock(zone), timing.note(now)), (math.inf, zone, None))
 
@@ -1075,7 +1103,7 @@ class CronDialectTest(unittest.TestCase):
 
     def test_a_schedule_whose_years_are_over_is_due_never(self):
         event = parse_event(json.dumps(periodic("0 0 0 1 1 * 2030")), "p.json")
-        timing = mom_events._timing(event)
+        timing = timing_of(event)
         self.assertEqual(timing.next_after(utc(2029, 6, 1).timestamp(), 0), utc(2030, 1, 1).timestamp())
         self.assertEqual(timing.next_after(utc(2030, 6, 1).timestamp(), 0), math.inf)
 
@@ -1126,7 +1154,7 @@ class LanguageTest(unittest.TestCase):
             with self.subTest(reason=reason), self.assertRaises(EventError) as caught:
                 parse_event(json.dumps(content), "x.json")
             self.assertIn(reason, str(caught.exception))
-        event, ignored = mom_events._parse(json.dumps({**periodic(), "endsAt": "x", "botNote": 1}), "x.json")
+        event, _, ignored = mom_events._parse(json.dumps({**periodic(), "endsAt": "x", "botNote": 1}), "x.json")
         self.assertEqual(ignored, ["endsAt", "botNote"])
         self.assertEqual(mom_events._unknown_fields(["endsAt"]), 'unknown field "endsAt" is ignored')
         self.assertEqual(mom_events._unknown_fields(["a", "b"]), 'unknown fields "a", "b" are ignored')
@@ -1142,7 +1170,7 @@ class LanguageTest(unittest.TestCase):
     def test_a_one_shot_in_wall_time(self):
         def at(text, zone="Europe/Vienna"):
             event = parse_event(json.dumps({**one_shot(text), "timezone": zone}), "w.json")
-            return mom_events._timing(event).at.isoformat()
+            return timing_of(event).at.isoformat()
         self.assertEqual(at("2027-03-28T02:30:00"), "2027-03-28T03:00:00+02:00")  # in the gap: its end
         self.assertEqual(at("2027-10-31T02:30:00"), "2027-10-31T02:30:00+02:00")  # repeated: the first pass
         self.assertEqual(at("2027-07-01T09:00:00"), "2027-07-01T09:00:00+02:00")
@@ -1234,7 +1262,7 @@ class LanguageTest(unittest.TestCase):
                 self.assertTrue(str(exc).startswith("f.json: "), content)
                 self.assertLess(len(str(exc)), 400)
                 continue
-            mom_events._timing(event).next_after(utc(2027, 1, 1).timestamp(), utc(2026, 12, 1).timestamp())
+            timing_of(event).next_after(utc(2027, 1, 1).timestamp(), utc(2026, 12, 1).timestamp())
 
     def test_from_the_adversarial_pass(self):
         # a year step counts from year 0, as croner's does: */2 is the even years
@@ -1343,7 +1371,7 @@ class MisspeltKeyTest(unittest.TestCase):
         """The file ``content`` with ``key`` added: its error, or None when the key is ignored."""
         content = {**(content or periodic()), key: 1}
         try:
-            _, ignored = mom_events._parse(json.dumps(content), "x.json")
+            _, _, ignored = mom_events._parse(json.dumps(content), "x.json")
         except EventError as exc:
             return str(exc)
         self.assertIn(key, ignored)
@@ -2138,7 +2166,7 @@ class WindowTest(unittest.TestCase):
             event = parse_event(json.dumps(self.window(f"{every}m", f"{span}m", schedule, zone)), "w.json")
             runs, t = [], start
             while t < start + 10 * 86400:
-                t = mom_events._timing(event).next_after(t, 0)
+                t = timing_of(event).next_after(t, 0)
                 runs.append(t)
             model, opening = set(), datetime.fromtimestamp(start - span * 60 - 1, UTC)
             while (opening := next_fire(schedule, zone, opening)).timestamp() < runs[-1] + 1:
@@ -4418,7 +4446,7 @@ class CheckReadableTest(CliCase):
                 continue
             event = parse_event(json.dumps(content), "f.json")
             runs, due, mtime = [], self.NOW, (self.events / "f.json").stat().st_mtime_ns / 1e9
-            while len(runs) < 1000 and math.isfinite(due := mom_events._timing(event).next_after(due, mtime)):
+            while len(runs) < 1000 and math.isfinite(due := timing_of(event).next_after(due, mtime)):
                 runs.append(due)
             if len(runs) == 1000:  # too many to walk
                 continue
@@ -4495,10 +4523,10 @@ class CheckReadableTest(CliCase):
                 due += step
         else:
             event = parse_event(json.dumps(content), "f.json")
-            due = mom_events._timing(event).next_after(now, mtime)
+            due = timing_of(event).next_after(now, mtime)
         while math.isfinite(due) and due <= ends:
             yield due
-            due = due + step if "every" in content else mom_events._timing(event).next_after(due, mtime)
+            due = due + step if "every" in content else timing_of(event).next_after(due, mtime)
 
     def test_the_agenda_is_a_merge_of_each_files_own_runs(self):
         """Against a plain model: each file's runs by brute force (an interval's by its arithmetic),
@@ -4774,7 +4802,7 @@ class PromptTest(CliCase):
         self.assertEqual((events[2].timezone, events[3].timezone), ("Europe/Vienna", "Europe/Vienna"))
         now = time.time()
         for event in events:  # what the harness would do with each, seen now: run it or schedule it
-            self.assertIn(mom_events._judge(event, int(now * 1e9), now, None).action, ("run", "schedule"), event)
+            self.assertIn(judge(event, int(now * 1e9), now, None).action, ("run", "schedule"), event)
         for history in (None, "/srv/bot/events/.history.jsonl"):  # issue 31: within 1,000 words
             self.assertLessEqual(len(mom_events.events_prompt("/srv/bot/events", "Europe/Vienna", None, history)
                                      .split()), 1000)
@@ -8216,39 +8244,39 @@ class JudgeEdgeTest(unittest.TestCase):
         event = parse_event(json.dumps({"type": "periodic", "channelId": "C", "text": "x", "every": "1h",
                                         "catchUp": True}), "p.json")
         mtime_ns = int((self.NOW - 5 * 3600) * 1e9)  # on the hour: runs at NOW - 4h, NOW - 3h, ...
-        verdict = mom_events._judge(event, mtime_ns, self.NOW - 180, self.startup(down_since=self.NOW - 2.5 * 3600))
+        verdict = judge(event, mtime_ns, self.NOW - 180, self.startup(down_since=self.NOW - 2.5 * 3600))
         self.assertEqual((verdict.action, verdict.missed, verdict.catch_up, verdict.due),
                          ("schedule", 2, self.NOW - 3600, self.NOW))
 
     def test_the_latest_of_many_missed_occurrences_is_found_past_the_count(self):
         event = parse_event(json.dumps(periodic("* * * * *")), "p.json")  # every minute: NOW is on one
-        count, latest = mom_events._missed(mom_events._timing(event), self.NOW - 3 * 3600 - 10, self.NOW + 30, 0.0)
+        count, latest = mom_events._missed(timing_of(event), self.NOW - 3 * 3600 - 10, self.NOW + 30, 0.0)
         self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW))
 
     def test_staleness_at_its_edges(self):
         event = parse_event(json.dumps(immediate()), "i.json")
         edge = int(self.NOW * 1e9) - mom_events._TICK_NS  # written exactly 2 s before the start: not stale
         unknown = self.startup()
-        self.assertEqual(mom_events._judge(event, edge, self.NOW, unknown).action, "run")
-        self.assertEqual(mom_events._judge(event, edge - 1, self.NOW, unknown).action, "drop")
+        self.assertEqual(judge(event, edge, self.NOW, unknown).action, "run")
+        self.assertEqual(judge(event, edge - 1, self.NOW, unknown).action, "drop")
         since = self.NOW - 60
         known = self.startup(down_since=since)
-        self.assertEqual(mom_events._judge(event, int(since * 1e9) - 1, self.NOW, known).action, "run")  # before
-        self.assertEqual(mom_events._judge(event, int(since * 1e9), self.NOW, known).action, "drop")      # inside
+        self.assertEqual(judge(event, int(since * 1e9) - 1, self.NOW, known).action, "run")  # before
+        self.assertEqual(judge(event, int(since * 1e9), self.NOW, known).action, "drop")      # inside
         self.assertIs(known.stale(int(since * 1e9) - 1), False)
 
     def test_one_shots_at_the_edges_of_the_window(self):
         since = self.NOW - 600
         known = self.startup(down_since=since)
-        self.assertEqual(mom_events._judge(self.one_shot(since - 1), 0, self.NOW, known).action, "run")
-        self.assertEqual(mom_events._judge(self.one_shot(since), 0, self.NOW, known).action, "drop")
+        self.assertEqual(judge(self.one_shot(since - 1), 0, self.NOW, known).action, "run")
+        self.assertEqual(judge(self.one_shot(since), 0, self.NOW, known).action, "drop")
         grace = mom_events._TAKEOVER_GRACE
-        self.assertEqual(mom_events._judge(self.one_shot(self.NOW - grace), 0, self.NOW, known).action, "run")
-        self.assertEqual(mom_events._judge(self.one_shot(self.NOW - grace - 0.01), 0, self.NOW, known).action,
+        self.assertEqual(judge(self.one_shot(self.NOW - grace), 0, self.NOW, known).action, "run")
+        self.assertEqual(judge(self.one_shot(self.NOW - grace - 0.01), 0, self.NOW, known).action,
                          "drop")
         misfire = self.startup(grace=0.5)
-        self.assertEqual(mom_events._judge(self.one_shot(self.NOW - 0.5), 0, self.NOW, misfire).action, "run")
-        self.assertEqual(mom_events._judge(self.one_shot(self.NOW - 0.51), 0, self.NOW, misfire).action, "drop")
+        self.assertEqual(judge(self.one_shot(self.NOW - 0.5), 0, self.NOW, misfire).action, "run")
+        self.assertEqual(judge(self.one_shot(self.NOW - 0.51), 0, self.NOW, misfire).action, "drop")
 
     def test_the_trace_at_its_edges(self):
         self.assertIsNone(mom_events._down_since(None, self.NOW))
@@ -8260,25 +8288,25 @@ class JudgeEdgeTest(unittest.TestCase):
 
     def test_periodic_verdicts_count_only_with_a_known_window(self):
         event = parse_event(json.dumps(periodic("* * * * * *")), "p.json")
-        verdict = mom_events._judge(event, 0, self.NOW, None)
+        verdict = judge(event, 0, self.NOW, None)
         self.assertEqual((verdict.action, verdict.missed, verdict.catch_up), ("schedule", 0, None))
         interval = parse_event(json.dumps({"type": "periodic", "channelId": "C", "text": "t", "every": "1h"}),
                                "i.json")
         written = self.NOW - 600
-        self.assertEqual(mom_events._judge(interval, int(written * 1e9), self.NOW, None).due, written + 3600)
+        self.assertEqual(judge(interval, int(written * 1e9), self.NOW, None).due, written + 3600)
 
     def test_missed_counts_an_occurrence_exactly_at_the_start_and_finds_the_latest_of_many(self):
         event = parse_event(json.dumps(periodic("* * * * * *")), "p.json")
-        self.assertEqual(mom_events._missed(mom_events._timing(event), self.NOW - 3, self.NOW, 0), (3, self.NOW - 1))
-        count, latest = mom_events._missed(mom_events._timing(event), self.NOW - 100_000.5, self.NOW + 0.5, 0)
+        self.assertEqual(mom_events._missed(timing_of(event), self.NOW - 3, self.NOW, 0), (3, self.NOW - 1))
+        count, latest = mom_events._missed(timing_of(event), self.NOW - 100_000.5, self.NOW + 0.5, 0)
         self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW))
         minutely = parse_event(json.dumps(periodic("0 * * * * *")), "m.json")  # more than a hundred in ten days
-        count, latest = mom_events._missed(mom_events._timing(minutely), self.NOW - 86400 * 10, self.NOW, 0)
+        count, latest = mom_events._missed(timing_of(minutely), self.NOW - 86400 * 10, self.NOW, 0)
         self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW - 60))  # NOW itself is not before NOW
 
     def test_an_occurrence_is_due_at_the_one_shots_own_offset(self):
         event = parse_event(json.dumps(one_shot("2027-03-01T10:00:00+01:00")), "o.json")
-        self.assertEqual(mom_events._aware(event, mom_events._timing(event).at.timestamp()).isoformat(),
+        self.assertEqual(mom_events._aware(timing_of(event), timing_of(event).at.timestamp()).isoformat(),
                          "2027-03-01T10:00:00+01:00")
 
 

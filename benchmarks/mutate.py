@@ -232,10 +232,6 @@ EQUIVALENT = {
         "the last statement of the except, inside the loop: the loop goes on all the same",
     "parsing:_parse_instant:boolop:when.tzinfo is None or when.utcoffset() is None => Or->And":
         "fromisoformat gives a fixed offset or no tzinfo: utcoffset() is None exactly when tzinfo is",
-    "cron:_timing:delete:if event._timing is None: raise TypeError(f'{ev... => pass":
-        "parse_event gives every valid event its timing; the raise is there for the type checker",
-    "cron:_timing:delete:raise TypeError(f'{event.filename}: a {event.ty... => pass":
-        "the same unreachable raise",
     "cron:_Periodic._next:delete:raise NotImplementedError => pass":
         "each kind of periodic timing has its own; the raise is there for the type checker",
     "cron:_Timing.note:delete:return None => pass":
