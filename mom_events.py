@@ -2499,6 +2499,7 @@ class _Channels:
         self._loop_gone = False
         self._linger = _LINGER
         self._spawn: Callable[[Callable[[], None]], object] = _start_thread
+        self._spawning: int | None = None  # the thread in self._spawn, while it is
 
     # -- the queues ------------------------------------------------------------
 
@@ -2652,11 +2653,14 @@ class _Channels:
         self._start_worker()
 
     def _start_worker(self) -> None:
+        self._spawning = threading.get_ident()
         try:
             self._spawn(self._work_loop)
-        except RuntimeError as exc:  # "can't start new thread": the ones there carry on
-            log.error("cannot start a worker thread (%s); %d running", exc, self._workers)
+        except Exception as exc:  # "can't start new thread": the ones there carry on
+            log.error("cannot start a worker (%s); %d running", exc, self._workers)
             return
+        finally:
+            self._spawning = None
         self._workers += 1
         self._starting += 1
 
@@ -2678,6 +2682,8 @@ class _Channels:
     def _work_loop(self) -> None:
         """A pool worker: take the next ready channel, run its next job, put
         the channel back if more wait; go when nothing was ready for _LINGER."""
+        if self._spawning == threading.get_ident():  # it would wait for the lock its spawner holds
+            raise RuntimeError("spawn= called the worker before returning: keep it to call later, or start a thread")
         with self._lock:
             needed = self._wait_to_start()
             self._starting -= 1

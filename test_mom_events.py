@@ -7187,7 +7187,7 @@ class WorkerPoolTest(unittest.TestCase):
         c._spawn = spawn
         with self.assertLogs("mom_events", "ERROR") as logs:
             c.put(mom_events._Job("A"), lambda: None)
-        self.assertIn("cannot start a worker thread", logs.output[0])
+        self.assertIn("cannot start a worker (", logs.output[0])
         c.put(mom_events._Job("B"), lambda: None)
         self.assertTrue(wait_for(lambda: ran == ["A", "B"], 5), f"ran {ran}")
 
@@ -7351,7 +7351,7 @@ class RealSchedulerTest(unittest.TestCase):
         with self.assertLogs("mom_events", "ERROR") as logs, w:
             put(d, "job.json", immediate())
             self.assertTrue(ran.wait(5), "the job waited for a put that never came")
-        self.assertIn("cannot start a worker thread", logs.output[0])
+        self.assertIn("cannot start a worker (", logs.output[0])
 
     def test_an_internal_error_is_logged_once_while_it_lasts_and_the_loop_carries_on(self):
         d = temp_dir(self, "mom_events_bug_")
@@ -8037,6 +8037,17 @@ class StepTest(unittest.TestCase):
             w.step()
         with self.assertRaisesRegex(RuntimeError, "only once"):
             w.start(thread=False)
+
+    def test_a_spawn_that_calls_the_worker_at_once_is_said_and_hangs_nothing(self):
+        d = temp_dir(self, "mom_events_step_")
+        (d / "hook.json").write_text(json.dumps(immediate(text="hook")))
+        fired = []
+        w = EventsWatcher(d, fired.append, spawn=lambda work: work())
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            w.start(thread=False)
+        self.assertIn("spawn= called the worker before returning", logs.output[0])
+        self.assertEqual(w.stop(), [])
+        self.assertEqual((fired, (d / "hook.json").exists()), ([], True))  # it waited, and stays
 
     def test_without_a_thread_there_is_no_standing_by(self):
         d = temp_dir(self, "mom_events_step_")
