@@ -1297,9 +1297,10 @@ def _down_since(trace: tuple[float, bool] | None, now: float) -> float | None:
 
 
 def _judge(event: Event, timing: _Timing, mtime_ns: int, now: float, startup: _Startup | None) -> _Verdict:
-    """The fate of a valid ``event``, run at ``timing``, whose file, modified at ``mtime_ns``, is
-    read at ``now``: by a first look (``startup``), or by a harness that was
-    running when the file appeared (None; what --check assumes)."""
+    """The fate of a valid ``event``, run at ``timing``, whose file, modified
+    at ``mtime_ns``, is read at ``now``: by a first look (``startup``), or by
+    a harness that was running when the file appeared (None; what --check
+    assumes)."""
     if event.type == "immediate":
         # Only a first look judges staleness: a file that appears later
         # always runs, whatever mtime mv or cp -p gave it.
@@ -1346,8 +1347,8 @@ def _judge(event: Event, timing: _Timing, mtime_ns: int, now: float, startup: _S
 
 def _missed(timing: _Periodic, since: float, until: float, mtime: float,
             account: _Account | None = None) -> tuple[int, float | None]:
-    """How many occurrences of a periodic event's ``timing``, whose file was written at
-    ``mtime``, fell due in [since, until) and did not run (counted up to
+    """How many occurrences of a periodic ``timing``, whose file was written
+    at ``mtime``, fell due in [since, until) and did not run (counted up to
     _MISSED_COUNT), and the latest of them.  ``account``: what the journal
     says a harness that died fired of them, and queued but never started."""
     if account is None:

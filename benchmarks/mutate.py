@@ -173,16 +173,6 @@ EQUIVALENT = {
         "the last statement of the except, inside the loop: the loop goes on all the same",
     "history:_History.__init__:delete:self._id: _DirId | None = None => pass":
         "_id is read only by _rotated, which runs only with a descriptor, and _open sets both together",
-    "history:_History.__init__:delete:self._torn = False => pass":
-        "_torn is read only by _append, which runs only after _open has set it",
-    "history:_History.__init__:bool:self._torn = False => False->True":
-        "the same: _open sets _torn before any _append reads it",
-    "history:_History._open:compare:st.st_size > 0 => Gt->GtE":
-        "differs only for an empty file, where pread at offset -1 fails and the except says whole all the same",
-    "history:_History._open:number:st.st_size > 0 => 0->-1":
-        "> -1 is >= 0: the same as >= 0 above",
-    "history:_History._open:number:os.pread(fd, 1, st.st_size - 1) => 1->2":
-        "at offset size - 1 only one byte is left to read",
     "history:_last_outcomes:delete:continue => pass":
         "the last statement of the except, inside the loop: the loop goes on all the same",
     "watcher:EventsWatcher.__init__:delete:self._first_look: _Startup | None = None => pass":
@@ -630,8 +620,6 @@ EQUIVALENT = {
         "changes its stat",
     "scanner:_Scanner.note_read:delete:return => pass":
         "the same",
-    "scanner:_Scanner.scan:delete:self._fresh.pop(name, None) => pass":
-        "the next recheck finds the name gone from the snapshot and drops it: a tick later, the same",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
