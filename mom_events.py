@@ -1654,9 +1654,9 @@ class _DirectoryLock:
             return None
         return mtime, rest.endswith(_STOPPED.encode())
 
-    def beat(self, stopping: bool = False) -> None:
-        """A sign of life: the file's mtime is now (and, ``stopping``, that
-        this harness stopped cleanly)."""
+    def beat(self, stopping: bool = False, now: float | None = None) -> None:
+        """A sign of life: the file's mtime is ``now`` on the harness's clock
+        (default: the system's), and, ``stopping``, that it stopped cleanly."""
         if self._fd is None:
             return
         try:
@@ -1665,14 +1665,14 @@ class _DirectoryLock:
                 os.ftruncate(self._fd, 0)
                 os.pwrite(self._fd, content, 0)
                 self._tracing = True
-            os.utime(self._fd)
+            os.utime(self._fd, None if now is None else (now, now))
         except OSError:  # a read-only remount: the next start knows less, no more
             pass
 
-    def release(self, clean: bool = True) -> None:
+    def release(self, clean: bool = True, now: float | None = None) -> None:
         if self._fd is not None:
             if clean and self._tracing:
-                self.beat(stopping=True)  # the last sign of life is now
+                self.beat(True, now)  # the last sign of life is now
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = None
 
@@ -2109,15 +2109,15 @@ class _Scanner:
                         self.directory, self.directory)
         return self._lock.trace
 
-    def beat(self) -> None:
-        """A sign of life in the lock file (the scheduler, every _HEARTBEAT)."""
+    def beat(self, now: float | None = None) -> None:
+        """A sign of life in the lock file at ``now`` (the scheduler, every _HEARTBEAT)."""
         if self._lock is not None:
-            self._lock.beat()
+            self._lock.beat(now=now)
 
-    def release(self) -> None:
+    def release(self, now: float | None = None) -> None:
         """Let go of the lock and the directory descriptor."""
         if self._lock is not None:
-            self._lock.release()
+            self._lock.release(now=now)
         self._close_dir()
 
     def _open_dir(self) -> None:
@@ -2654,9 +2654,21 @@ class _Channels:
         self._start_worker()
 
     def _start_worker(self) -> None:
+        started = False
+
+        def work() -> None:
+            """A worker, for spawn to call once, later, on a thread no job of this pool runs on."""
+            nonlocal started
+            me = threading.get_ident()
+            if started or self._spawning == me or me in self._busy_since:  # it would wait for itself
+                raise RuntimeError("a worker from spawn= runs once, after spawn returns, and not inside a "
+                                   "callback on the same thread")
+            started = True
+            self._work_loop()
+
         self._spawning = threading.get_ident()
         try:
-            self._spawn(self._work_loop)
+            self._spawn(work)
         except Exception as exc:  # "can't start new thread": the ones there carry on
             log.error("cannot start a worker (%s); %d running", exc, self._workers)
             return
@@ -2683,8 +2695,6 @@ class _Channels:
     def _work_loop(self) -> None:
         """A pool worker: take the next ready channel, run its next job, put
         the channel back if more wait; go when nothing was ready for _LINGER."""
-        if self._spawning == threading.get_ident():  # it would wait for the lock its spawner holds
-            raise RuntimeError("spawn= called the worker before returning: keep it to call later, or start a thread")
         with self._lock:
             needed = self._wait_to_start()
             self._starting -= 1
@@ -3624,6 +3634,7 @@ class EventsWatcher:
         self._life = threading.RLock()  # start() and the beginning of the end, one at a time
         self._thread: threading.Thread | None = None  # the scheduler (or standby) thread
         self._stepped = False  # started without it: the caller takes each step()
+        self._next_beat = 0.0  # on the monotonic clock
         self._closer: threading.Thread | None = None  # the last writer: lets the directory go
         self._wake = threading.Event()  # set when stopping: a standby's wait ends at once
         self._stopping = False
@@ -3695,7 +3706,10 @@ class EventsWatcher:
             raise RuntimeError("step() is for a watcher started with start(thread=False)")
         if self._stopping:
             return None
-        upcoming = self._tick(self._clock() if now is None else now, scan)
+        now = self._clock() if now is None else now
+        self._keep_alive(now, time.monotonic())
+        upcoming = self._tick(now, scan)
+        self._channels.staff()  # a worker that could not be started is asked for again
         return None if upcoming is None else upcoming[0]
 
     def scheduled_count(self) -> int:
@@ -3759,7 +3773,7 @@ class EventsWatcher:
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
         self._files.resend(notices)
-        self._scanner.beat()  # only now: killed during its start-up, it leaves the previous trace
+        self._scanner.beat(now)  # only now: killed during its start-up, it leaves the previous trace
 
     def _stand_by(self) -> None:
         """Another harness holds the directory: try its lock a few times a
@@ -3803,7 +3817,7 @@ class EventsWatcher:
     def _run(self) -> None:
         """Poll every interval; between polls sleep until the next due time,
         wake a millisecond early and spin the rest (precise firing)."""
-        next_poll = next_beat = time.monotonic() + self._poll_interval
+        next_poll = self._next_beat = time.monotonic() + self._poll_interval
         failing: set[str] = set()  # the internal errors of the ticks since the last good one
         while not self._stopping:
             timeout = self._poll_interval
@@ -3819,10 +3833,7 @@ class EventsWatcher:
                 polling = mono >= next_poll
                 if polling:
                     next_poll = mono + self._poll_interval
-                    if mono >= next_beat:
-                        self._scanner.beat()  # the lock file's mtime: when this harness was last alive
-                        self._files.journal.compact()  # what fell due before the beat is no concern of the next
-                        next_beat = mono + _HEARTBEAT
+                    self._keep_alive(now, mono)
                 self._schedule.notice_clock_step(now, mono)
                 upcoming = self._tick(now, polling)
                 timeout = next_poll - mono
@@ -3843,6 +3854,14 @@ class EventsWatcher:
                     failing.add(what)
             if timeout > 0:
                 time.sleep(min(timeout, _NAP))
+
+    def _keep_alive(self, now: float, mono: float) -> None:
+        """Every _HEARTBEAT: the lock file's mtime says when this harness was
+        last alive (on its clock), and the journal forgets what is done."""
+        if mono >= self._next_beat:
+            self._scanner.beat(now)
+            self._files.journal.compact()  # what fell due before the beat is no concern of the next
+            self._next_beat = mono + _HEARTBEAT
 
     def _poll(self, now: float) -> None:
         """Scan and act on what changed.  The first look at the directory in
@@ -3889,7 +3908,7 @@ class EventsWatcher:
         if self._files.history is not None:
             self._files.history.close()
         self._files.journal.close()
-        self._scanner.release()
+        self._scanner.release(self._clock())
         self.active = False
 
     def _halt(self, reason: str) -> None:

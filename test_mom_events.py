@@ -4964,10 +4964,10 @@ class AgentClockCliTest(CliCase):
         self.assertRegex(cli.err[-1], r" INFO stopped, exit status 0$")
 
     def test_an_intervals_due_time_is_in_the_users_zone(self):
-        start = datetime.fromtimestamp(math.floor(time.time()) + 1, UTC).isoformat()
+        start = datetime.fromtimestamp(math.floor(time.time()) + 4, UTC).isoformat()  # the CLI is up by then,
         self.put("tick.json", {"type": "periodic", "channelId": "C1", "text": "tick", "every": "1h", "start": start})
-        cli = self.serve("--timezone", "Asia/Kathmandu")
-        self.assertTrue(wait_for(lambda: cli.out, 5))
+        cli = self.serve("--timezone", "Asia/Kathmandu")                                 # however loaded
+        self.assertTrue(wait_for(lambda: cli.out, 15))
         self.assertIn("+05:45) tick", cli.out[0])
 
     def test_check_says_daylight_savings_surprises_and_the_window(self):
@@ -7902,9 +7902,9 @@ class LifecycleTest(unittest.TestCase):
                 order.append("last step ended")
             real_run_due(now)
 
-        def release():
+        def release(*args):
             order.append("directory let go")
-            real_release()
+            real_release(*args)
         w._files.run_due, w._scanner.release = run_due, release
         w.start()
         slow.set()
@@ -8045,9 +8045,94 @@ class StepTest(unittest.TestCase):
         w = EventsWatcher(d, fired.append, spawn=lambda work: work())
         with self.assertLogs("mom_events", "ERROR") as logs:
             w.start(thread=False)
-        self.assertIn("spawn= called the worker before returning", logs.output[0])
+        self.assertIn("runs once, after spawn returns", logs.output[0])
         self.assertEqual(w.stop(), [])
         self.assertEqual((fired, (d / "hook.json").exists()), ([], True))  # it waited, and stays
+
+    def stepped(self, d, now, handler=None, spawn=None, workers=None):
+        w = EventsWatcher(d, handler or (lambda event: None), clock=lambda: now[0],
+                          spawn=spawn or (workers if workers is not None else []).append).start(thread=False)
+        self.addCleanup(w.stop)
+        return w
+
+    def test_a_restart_on_simulated_time_runs_what_was_left_waiting(self):
+        """The adversarial pass: the lock file's beat was on the system's clock, so a harness
+        stepped in 2033 and stopped left a trace from 2026, and the next one judged every waiting
+        file by a seven-year downtime: immediates dropped as stale, a one-shot told as missed."""
+        d, now, fired = temp_dir(self, "mom_events_step_"), [utc(2033, 5, 18, 3).timestamp()], []
+        w = self.stepped(d, now, workers=[])  # its workers never run
+        (d / "hook.json").write_text(json.dumps(immediate(text="hook")))
+        (d / "call.json").write_text(json.dumps(one_shot(now[0] + 5, text="call")))
+        w.step()
+        now[0] += 10
+        w.step()  # both are queued; nothing ran
+        self.assertEqual(w.stop(), [])
+        now[0] += 1
+        workers = []
+        after = self.stepped(d, now, fired.append, workers=workers)
+        while workers:
+            workers.pop(0)()
+        after.step()
+        self.assertEqual(sorted(e.text for e in fired), ["call", "hook"])
+        self.assertEqual(sorted(os.listdir(d)), [".mom_events.journal", ".mom_events.lock"])  # their files went
+
+    def test_a_step_is_a_sign_of_life_on_the_watchers_clock(self):
+        """The adversarial pass: only the thread beat, so a stepped harness killed mid-way looked
+        dead since its start, and a one-shot due meanwhile was told as missed."""
+        d, now = temp_dir(self, "mom_events_step_"), [utc(2030, 1, 1).timestamp()]
+        w = self.stepped(d, now)
+        time.sleep(mom_events._HEARTBEAT + 0.05)  # a beat a second, on the monotonic clock
+        now[0] += 3600
+        w.step()
+        self.assertEqual(os.stat(d / mom_events._LOCK_NAME).st_mtime, now[0])
+
+    def test_a_worker_that_could_not_start_is_asked_for_again_at_the_next_step(self):
+        d, now, fired, workers, failing = temp_dir(self, "mom_events_step_"), [time.time()], [], [], [True]
+
+        def spawn(work):
+            if failing.pop() if failing else False:
+                raise RuntimeError("can't start new thread")
+            workers.append(work)
+        w = self.stepped(d, now, fired.append, spawn=spawn)
+        (d / "a.json").write_text(json.dumps(immediate(text="a")))
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            w.step()
+        self.assertIn("cannot start a worker (can't start new thread)", logs.output[0])
+        w.step()  # asked for again
+        while workers:
+            workers.pop(0)()
+        self.assertEqual([e.text for e in fired], ["a"])
+
+    def test_a_worker_runs_once_and_never_inside_a_callback_on_its_thread(self):
+        """The adversarial pass: a worker called twice left the pool's counts below zero, and
+        one called inside a handler broke its channel for good; both are refused now."""
+        d, now, fired, workers, refused = temp_dir(self, "mom_events_step_"), [time.time()], [], [], []
+
+        def handler(event):
+            fired.append(event.text)
+            if event.text == "a1":
+                try:
+                    workers[0]()  # b1's worker, kept
+                except RuntimeError as exc:
+                    refused.append(str(exc))
+        w = self.stepped(d, now, handler, workers=workers)
+        for name, channel in (("a1", "A"), ("b1", "B"), ("a2", "A")):
+            (d / f"{name}.json").write_text(json.dumps(immediate(channel=channel, text=name)))
+        w.step()
+        first = workers.pop(0)
+        first()  # a1, then (nothing else ready to it) it leaves
+        with self.assertRaisesRegex(RuntimeError, "runs once"):
+            first()
+        while workers:
+            workers.pop(0)()
+        w.step()
+        while workers:
+            workers.pop(0)()
+        self.assertEqual(sorted(fired), ["a1", "a2", "b1"])
+        self.assertEqual(len(refused), 1)
+        self.assertIn("not inside a callback", refused[0])
+        self.assertEqual(w.stop(), [])
+        self.assertFalse(w.active)
 
     def test_without_a_thread_there_is_no_standing_by(self):
         d = temp_dir(self, "mom_events_step_")
