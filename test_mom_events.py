@@ -699,6 +699,12 @@ class DaylightSavingSaidTest(unittest.TestCase):
         daily = parse_event(json.dumps(periodic("30 2 * * *", tz="America/New_York")), "d.json")
         self.assertIn("2028-03-12", dst_note(daily, utc(2027, 3, 14, 16).timestamp()))
 
+    def test_a_change_late_in_the_utc_day_is_said(self):
+        """Beirut's clocks change at midnight, 22:00 UTC: checked at 19:30 UTC that day, it is the next."""
+        daily = parse_event(json.dumps(periodic("30 0 * * *", tz="Asia/Beirut")), "d.json")
+        self.assertIn("00:30 does not exist on 2027-03-28 in Asia/Beirut",
+                      dst_note(daily, utc(2027, 3, 27, 19, 30).timestamp()))
+
     def test_nothing_is_said_of_a_day_after_until(self):
         """The agent trial: an hourly check until the year's end was told of March's gap."""
         hourly = {**periodic("0 * * * *", tz="America/New_York"), "until": "2026-12-31T23:59:59-05:00"}
@@ -8023,8 +8029,10 @@ class StepTest(unittest.TestCase):
         self.assertEqual([e.text for e in fired], ["wake"])
         w.step()  # its run is taken in: the file goes
         self.assertFalse((d / "wake.json").exists())
+        (d / "later.json").write_text(json.dumps(one_shot(now[0] + 86400, text="later")))
+        self.assertEqual(w.step(), now[0] + 86400)
         self.assertEqual(w.stop(), [])
-        self.assertIsNone(w.step())  # stopped: a step does nothing
+        self.assertIsNone(w.step())  # stopped: a step does nothing (later.json stays for the next harness)
 
     def test_step_is_for_a_watcher_started_without_a_thread(self):
         d = temp_dir(self, "mom_events_step_")

@@ -103,6 +103,8 @@ _LONG_NUMBER = ("every field's bounds and step sizes are far below 10^8: a long 
                 "is out of range or too large a step all the same")
 _BACK_SEARCH = ("the back-search only saves time: without it (or with another step) the walk forward from "
                 "the 100th occurrence finds the same latest one")
+_LAST_RUN_SEARCH = ("the back-search from until only saves time: with another first step or factor the walk "
+                    "forward finds the same last run")
 _SWEEP_SHORTCUT = ("the sweep's shortcut: without it the name gets the full stat and comparison, with the "
                    "same entry (a stat a moment later at worst)")
 _SWEEP_PACE = ("the sweep's pace only: it then stats its batch on other ticks, finding rewrites as soon or "
@@ -197,7 +199,7 @@ EQUIVALENT = {
         "a margin: the worker is then started as the event fires, a thread start (about 0.1 ms) later",
     "watcher:EventsWatcher._run:delete:_spin_until(self._clock, due, time.monotonic() ... => pass":
         "the continue then makes the loop's own passes spin until the due time: the same firing",
-    "watcher:EventsWatcher._run:compare:mono >= next_beat => GtE->Gt":
+    "watcher:EventsWatcher._keep_alive:compare:mono >= self._next_beat => GtE->Gt":
         "differs only when the monotonic clock reads exactly the beat time",
     "watcher:EventsWatcher._run:compare:until_due < _LEAD => Lt->LtE":
         "differs only when the clock reads exactly a millisecond before the due time",
@@ -224,6 +226,41 @@ EQUIVALENT = {
         "fromisoformat gives a fixed offset or no tzinfo: utcoffset() is None exactly when tzinfo is",
     "cron:_Periodic._next:delete:raise NotImplementedError => pass":
         "each kind of periodic timing has its own; the raise is there for the type checker",
+    "cron:_cron_notes:compare:after > before => Gt->GtE":
+        "a transition is a change of offset: after never equals before",
+    "cron:_cron_notes:compare:after > before => Gt->GtE#2":
+        "the same",
+    "cron:_OnCron.note:compare:since <= moment <= self.until => LtE->Lt":
+        "a change of offset at the very instant checked: the note of a change that happens as it is read",
+    "cron:_OnCron.note:compare:since <= moment <= self.until => LtE->Lt#2":
+        "a change of offset at the very instant of until: the last run is before it either way",
+    "cron:_OnCron.note:number:since / 86400 => 86400->86401":
+        "a margin: the year of changes is read from a day earlier, and those before since are left out; "
+        "the note looks about a year ahead, not to the day",
+    "cron:_periodic_timing:delete:assert timezone is not None => pass":
+        "the parser's contract, for the type checker: a schedule has its zone",
+    "cron:_periodic_timing:delete:assert step is not None => pass":
+        "the parser's contract, for the type checker: no schedule, so every",
+    "cron:_periodic_timing:boolop:step is None or span is None => Or->And":
+        "the parser's contract: every with a schedule has its for, and for goes with every",
+    "judge:_judge:delete:assert isinstance(timing, _Once) => pass":
+        "neither immediate nor periodic: a one-shot's timing; the assert is for the type checker",
+    "channels:_Channels.__init__:delete:self._spawning: int | None = None => pass":
+        "_start_worker sets it before any worker can read it",
+    "channels:_Channels.spawn:number:(start, 0) => 0->-1":
+        "a linger of -1 is no linger, as 0 is",
+    "cli:_last_run:number:back = 1.0 => 1.0->2.0":
+        _LAST_RUN_SEARCH,
+    "cli:_last_run:number:back *= 2 => 2->3":
+        _LAST_RUN_SEARCH,
+    "cli:_own_clock:delete:return None => pass":
+        "a function that ends returns None all the same",
+    "cli:_own_clock:return:return None => 0":
+        "_shown leaves out a remark that is empty: 0 as None",
+    "cli:_own_clock:return:return None => 0#2":
+        "the same",
+    "cli:_own_clock:return:return None => 0#3":
+        "the same",
     "cron:_Timing.note:delete:return None => pass":
         "a function that ends returns None all the same",
     "cli:_last_run:delete:assert isinstance(timing, _Periodic) and math.i... => pass":
@@ -586,7 +623,7 @@ EQUIVALENT = {
     "watcher:EventsWatcher._run:delete:if until_due < _LEAD and action == 'fire': self... => pass":
         "the last millisecond is then reached by passes that skip the sleep (a negative timeout) instead of "
         "by the spin: the same instant, without the worker's stand-by (a thread start later)",
-    "watcher:EventsWatcher._run:delete:next_beat = mono + _HEARTBEAT => pass":
+    "watcher:EventsWatcher._keep_alive:delete:self._next_beat = mono + _HEARTBEAT => pass":
         "cost only: the lock file's mtime is then refreshed at every poll, not every second (a trace as "
         "fresh or fresher)",
     "scanner:_DirectoryLock.__init__:number:os.ftruncate(fd, 0) => 0->1":
