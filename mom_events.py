@@ -419,13 +419,13 @@ def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
         raise EventError(filename, 'missing field "schedule" (or "every", for an interval such as "90m")')
     every, span = _optional_string(obj, "every", filename), _optional_string(obj, "for", filename)
     schedule = _optional_string(obj, "schedule", filename)
-    step = None
+    step = width = None
     if every is not None:
         step = _interval(every, filename)
         if schedule is not None and span is None:
             raise EventError(filename, '"every" with "schedule" needs "for": how long each run of the schedule '
                                        'lasts, such as "8h"')
-        if span is not None and step > _interval(span, filename, "for"):
+        if span is not None and step > (width := _interval(span, filename, "for")):
             raise EventError(filename, f'"every" {_clip(every)} is longer than "for" {_clip(span)}: each run of the '
                                        'schedule would run once (leave out "every" and "for")')
     if span is not None and (every is None or schedule is None):
@@ -435,7 +435,7 @@ def _periodic(obj: dict[str, object], filename: str, channel_id: str, text: str,
         if zone is None:
             raise EventError(filename, 'missing field "timezone" (an IANA name such as Europe/Vienna)')
         _compile_cron(schedule)
-    timing = _periodic_timing(schedule, zone, step, None if span is None else _interval(span),
+    timing = _periodic_timing(schedule, zone, step, width,
                               -math.inf if begins is None else begins.timestamp(),
                               math.inf if ends is None else ends.timestamp())
     return Event(filename, "periodic", channel_id, text, schedule=schedule, timezone=zone, catch_up=catch_up,
@@ -958,7 +958,7 @@ def _wall_note(name: str, wall: datetime) -> str | None:
     tz = _zone(name)
     off0, off1 = _offsets(tz, wall)
     if off0 < off1:
-        moment = _transition(tz, _utc(wall - off1), _utc(wall - off0))
+        moment = _wall_instant(tz, wall).astimezone(UTC)  # the gap's end
         before, after = _naive(moment + off0), _naive(moment + off1)
         return (f"{_hm(wall)} does not exist on {wall.date()} in {name} (clocks go from {_hm(before)} to "
                 f"{_hm(after)}): runs at {_hm(after)} {moment.astimezone(tz).tzname()}")
@@ -1828,16 +1828,16 @@ def _fold(data: bytes) -> _Left:
     left = _Left()
     runs: dict[int, list[dict[str, Any]]] = {}  # a run's records ("run" and "end"), by its id
     notices: dict[int, dict[str, Any]] = {}
-    fires: dict[tuple[str, int, float], bool] = {}  # (file, mtime, due): queued, and not counted as missed since
-    counted: dict[tuple[str, int], float] = {}
-    for line in data.splitlines():
+    fires: dict[tuple[str, int, float], tuple[bool, int]] = {}  # (file, mtime, due): queued, and at which line
+    counted: dict[tuple[str, int], tuple[float, int]] = {}  # (file, mtime): until when, and at which line last
+    for number, line in enumerate(data.splitlines()):
         try:
             record = json.loads(line)
             kind = record["kind"]
             if kind == "harness":
                 left.pid, left.machine = record["pid"], record["machine"]
             elif kind == "fire":
-                fires[record["file"], record["mtime"], record["due"]] = record["queued"]
+                fires[record["file"], record["mtime"], record["due"]] = (record["queued"], number)
             elif kind in ("run", "end"):
                 runs.setdefault(record["id"], []).append(record)
                 if kind == "end":
@@ -1846,8 +1846,7 @@ def _fold(data: bytes) -> _Left:
                 notices[record["id"]] = record
             elif kind == "counted":  # what was queued and lost so far is in the history now
                 version = (record["file"], record["mtime"])
-                counted[version] = max(counted.get(version, -math.inf), record["until"])
-                fires.update((key, False) for key in fires if key[:2] == version)
+                counted[version] = (max(counted.get(version, (-math.inf, 0))[0], record["until"]), number)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             continue
     for mine in runs.values():
@@ -1866,11 +1865,15 @@ def _fold(data: bytes) -> _Left:
             left.cut.append(run)
     left.notices = list(notices.values())
     done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run.get("type") == "periodic"}
-    lost = {key for key, queued in fires.items() if queued} - done
-    for version in {key[:2] for key in [*done, *fires]}:  # a queued occurrence that never ended was missed
-        fired = {key[2] for key in [*done, *fires] if key[:2] == version and key not in lost}
-        left.accounts[version] = _Account(frozenset(fired), frozenset(key[2] for key in lost if key[:2] == version),
-                                          counted.get(version, -math.inf))
+    lost = {key for key, (queued, number) in fires.items()  # queued, never ended, not counted since: missed
+            if queued and number > counted.get(key[:2], (0.0, -1))[1]} - done
+    dues: dict[tuple[str, int], tuple[set[float], set[float]]] = {}  # a version's (fired, lost) occurrences
+    for key in [*done, *fires]:
+        fired, missed = dues.setdefault(key[:2], (set(), set()))
+        (missed if key in lost else fired).add(key[2])
+    for version, (fired, missed) in dues.items():
+        left.accounts[version] = _Account(frozenset(fired), frozenset(missed),
+                                          counted.get(version, (-math.inf, 0))[0])
     left.open += [{"kind": "fire", "file": file, "mtime": mtime, "due": due, "queued": True}
                   for file, mtime, due in lost]
     left.open += left.notices
@@ -3608,11 +3611,10 @@ class EventsWatcher:
             raise ValueError("max_queued must be a whole number of at least 1")
         if not misfire_grace >= 0:
             raise ValueError("misfire_grace must be zero or more seconds")
-        if timezone is not None:
-            try:
-                _zone(timezone)
-            except _CronError as exc:
-                raise ValueError(str(exc)) from None
+        try:
+            zone = None if timezone is None else _zone(timezone)
+        except _CronError as exc:
+            raise ValueError(str(exc)) from None
         self.events_dir = os.fspath(events_dir)
         self._on_halt = on_halt or (lambda reason: None)
         self._poll_interval = poll_interval
@@ -3625,8 +3627,7 @@ class EventsWatcher:
             self._channels.spawn(spawn)
         self._files = _Files(self.events_dir, self._scanner, self._channels,
                              _History(history) if history is not None else None,
-                             handler, on_error or _log_error, max_queued, notify and notify_rejected, clock,
-                             None if timezone is None else _zone(timezone))
+                             handler, on_error or _log_error, max_queued, notify and notify_rejected, clock, zone)
         self._schedule = self._files.schedule
         self._misfire_grace = misfire_grace
         self._first_look: _Startup | None = None  # until a look at the directory succeeds

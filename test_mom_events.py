@@ -5498,16 +5498,22 @@ class TakeoverFaultTest(CliCase):
     def outcomes(self):
         return [(r["filename"], r["outcome"]) for r in read_history(self.dir / "history.jsonl")]
 
+    def killed_while_running(self, command, running, settle=0.0):
+        """A harness runs ``command`` for a.json until ``running(harness)``, and is SIGKILLed
+        ``settle`` seconds later."""
+        old = self.harness(command)
+        self.put("a.json", immediate("C1"))
+        self.assertTrue(wait_for(lambda: running(old)))
+        time.sleep(settle)
+        old.proc.kill()
+        old.finish()
+
     def test_what_an_ended_command_left_is_stopped_before_the_next_harness_runs_anything(self):
         trace = self.dir / "trace"
         command = (f"echo run $MOM_EVENT_FILE >> {trace}; (trap '' TERM; sleep 6; "
                    f"echo leftover of $MOM_EVENT_FILE alive >> {trace}) & sleep 0.1")
-        old = self.harness(command)
-        self.put("a.json", immediate("C1"))
-        self.assertTrue(wait_for(lambda: trace.exists() and "run a.json" in trace.read_text()))
-        time.sleep(0.15)  # the command has ended; its leftover is not stopped yet (0.2 s)
-        old.proc.kill()
-        old.finish()
+        # the command has ended; its leftover is not stopped yet (0.2 s)
+        self.killed_while_running(command, lambda old: trace.exists() and "run a.json" in trace.read_text(), 0.15)
         new = self.harness(command)
         self.put("b.json", immediate("C1"))
         self.assertTrue(wait_for(lambda: "run b.json" in trace.read_text()))
@@ -5520,12 +5526,8 @@ class TakeoverFaultTest(CliCase):
     def test_a_command_that_finishes_when_stopped_is_not_run_again(self):
         trace = self.dir / "trace"
         command = f"trap '' TERM; echo start >> {trace}; sleep 1.2; echo finished >> {trace}"
-        old = self.harness(command)
-        self.put("a.json", immediate("C1"))
-        self.assertTrue(wait_for(lambda: trace.exists() and "start" in trace.read_text()))
-        time.sleep(0.6)  # it needs 0.6 s more: less than the second a SIGTERM it ignores leaves it
-        old.proc.kill()
-        old.finish()
+        # it needs 0.6 s more: less than the second a SIGTERM it ignores leaves it
+        self.killed_while_running(command, lambda old: trace.exists() and "start" in trace.read_text(), 0.6)
         new = self.harness(command)
         self.assertTrue(wait_for(lambda: not (self.events / "a.json").exists(), 5))
         time.sleep(1.5)
@@ -5538,11 +5540,7 @@ class TakeoverFaultTest(CliCase):
         trace = self.dir / "trace"
         command = (f"i=0; while [ $i -lt 10 ]; do echo progress $i; i=$((i+1)); sleep 0.1; done; "
                    f"echo done >> {trace}")
-        old = self.harness(command)
-        self.put("a.json", immediate("C1"))
-        self.assertTrue(wait_for(lambda: any("progress 2" in line for line in old.err)))
-        old.proc.kill()
-        old.finish()
+        self.killed_while_running(command, lambda old: any("progress 2" in line for line in old.err))
         time.sleep(0.5)  # it dies of SIGPIPE at its next line
         new = self.harness(command)
         self.assertTrue(wait_for(lambda: trace.exists() and trace.read_text() == "done\n", 5))
@@ -5578,6 +5576,48 @@ class TakeoverFaultTest(CliCase):
 
 
 class JournalAccountTest(unittest.TestCase):
+    @staticmethod
+    def model_accounts(records):
+        """Each periodic file version's account, by the rules read plainly, record by record: a fire
+        queued and neither ended nor counted since is lost; every other fire or ended run fired."""
+        fires, counted, done = {}, {}, set()
+        for record in records:
+            if record["kind"] == "fire":
+                fires[record["file"], record["mtime"], record["due"]] = record["queued"]
+            elif record["kind"] == "counted":
+                version = (record["file"], record["mtime"])
+                counted[version] = max(counted.get(version, -math.inf), record["until"])
+                for key in fires:
+                    if key[:2] == version:
+                        fires[key] = False
+            elif record["kind"] == "end":
+                done.add((record["file"], record["sig"][3], record["due"]))
+        lost = {key for key, queued in fires.items() if queued} - done
+        versions = {key[:2] for key in [*done, *fires]}
+        return {version: (frozenset(key[2] for key in [*done, *fires] if key[:2] == version and key not in lost),
+                          frozenset(key[2] for key in lost if key[:2] == version), counted.get(version, -math.inf))
+                for version in versions}
+
+    def test_accounts_match_a_plain_model_of_random_journals(self):
+        """The journal is folded in one pass (a takeover after 10,000 files fired took 10 s, quadratic)."""
+        rng = random.Random(30)
+        for _ in range(300):
+            records = []
+            for number in range(rng.randint(0, 40)):
+                file, mtime, due = f"f{rng.randint(0, 3)}.json", rng.randint(1, 2), float(rng.randint(0, 5))
+                kind = rng.choice(["fire", "fire", "counted", "end"])
+                if kind == "fire":
+                    records.append({"kind": "fire", "file": file, "mtime": mtime, "due": due,
+                                    "queued": rng.random() < 0.7})
+                elif kind == "counted":
+                    records.append({"kind": "counted", "file": file, "mtime": mtime, "until": due})
+                else:
+                    records.append({"kind": "end", "id": number, "file": file, "type": "periodic", "due": due,
+                                    "sig": [0, 0, 0, mtime, 0], "by": "harness"})
+            left = mom_events._fold(b"".join(json.dumps(r).encode() + b"\n" for r in records))
+            got = {version: (a.fired, a.lost, a.counted) for version, a in left.accounts.items()}
+            self.assertEqual(got, self.model_accounts(records), records)
+
     def test_a_periodic_occurrence_cut_short_is_counted_missed_once_across_takeovers(self):
         """issue 30's adversarial pass: F5."""
         h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
