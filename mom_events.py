@@ -2064,8 +2064,8 @@ class _Changes:
 
 class _Scanner:
     """The events directory as the harness sees it: the last listing, the
-    snapshot of stats, the sweep's place, contents read too soon to trust, and
-    the directory's lock.  It touches the filesystem and nothing else.
+    snapshot of stats, the sweep's place, and the directory's lock.  It stats
+    and lists, and reads no file.
 
     ``scan()`` runs on one thread (the scheduler's), without the watcher's
     lock: a listing of thousands of names takes a while.  ``forget()`` may be
@@ -2086,7 +2086,6 @@ class _Scanner:
         self._sweep_every = max(1, round(_SWEEP_EVERY / poll_interval))  # in ticks
         self._sweep_interval = self._sweep_every * poll_interval          # in seconds
         self._stat_cost = 5e-6                  # seconds per stat, measured as the sweep goes
-        self._fresh: dict[str, int] = {}        # name -> digest of content read too soon to trust
         self._warned: dict[str, str] = {}       # non-regular names warned about -> what they were
         self._forgotten: deque[str] = deque()   # names to see as new (appended by any thread)
         self._trouble: str | None = None
@@ -2140,35 +2139,19 @@ class _Scanner:
         one's inode number and times (any thread)."""
         self._forgotten.append(name)
 
-    def note_read(self, name: str, digest: int, read_ns: int, sig: _Sig) -> None:
-        """Its content, whose file had ``sig``, was read from ``read_ns`` on.
-        The snapshot takes ``sig``: a file completed after the scan saw it
-        half-written is not a change still to come.  git's racy rule: read
-        less than a timestamp tick after its mtime, it may change again
-        without changing the stat, so later scans compare it again until it
-        is older."""
-        if name not in self._snapshot:
-            return  # gone meanwhile, or forgotten: the next scan says what it is
-        entry = self._snapshot[name] = _Entry(sig)
-        if _is_racy(read_ns, entry.mtime_ns):
-            self._fresh[name] = digest
-        else:
-            self._fresh.pop(name, None)
-
     def scan(self, startup: bool = False) -> _Changes | None:
         """Look at the directory as cheaply as the rules allow: one stat of it
         when its mtime says no name was created, deleted or renamed; a listing
         (and a stat of each new or replaced name) when it does, or when that
-        mtime is too recent to trust; a self-paced sweep of per-file stats for
-        rewrites in place; and the racy contents read again.  None: nothing
-        changed, or the directory cannot be looked at now.  Raises EventError
+        mtime is too recent to trust; and a self-paced sweep of per-file stats
+        for rewrites in place.  None: nothing changed, or the directory cannot be looked at now.  Raises EventError
         when the directory was made anew and another harness holds it."""
         if self._forgotten:  # nothing may be left of them: a name left in the sweep's list is stat'ed for ever
             forgotten = set()
             while self._forgotten:
                 name = self._forgotten.popleft()
                 forgotten.add(name)
-                for kept in (self._snapshot, self._listing, self._fresh, self._warned):
+                for kept in (self._snapshot, self._listing, self._warned):
                     kept.pop(name, None)
             self._sweep_names = [name for name in self._sweep_names if name not in forgotten]
             self._dir_key = None  # list it again: the names may be back already
@@ -2187,12 +2170,7 @@ class _Scanner:
             log.warning("events directory %s is back", self.directory)
             self._trouble = None
             self.came_back = True
-        if not seen and not self._fresh:
-            return None  # the idle tick
-        changes = self._changes(seen)
-        if self._fresh:
-            self._recheck(changes.changed)
-        return changes
+        return self._changes(seen) if seen else None  # None: the idle tick
 
     def _look(self, startup: bool) -> dict[str, _Entry | None] | None:
         """The names looked at and what each is now (None: gone)."""
@@ -2258,14 +2236,12 @@ class _Scanner:
         diff = _diff(self._snapshot, seen)
         for name in diff.deleted:
             del self._snapshot[name]
-            self._fresh.pop(name, None)
             self._warned.pop(name, None)
         changed: list[tuple[str, _Sig]] = []
         unusable: list[str] = []
         found = {name: entry for name in diff.changed if (entry := seen[name]) is not None}  # all: _diff's rule
         for name, entry in sorted(found.items(), key=lambda item: (item[1].mtime_ns, item[0])):
             self._snapshot[name] = entry
-            self._fresh.pop(name, None)
             if entry.sig is not None:
                 self._warned.pop(name, None)
                 changed.append((name, entry.sig))
@@ -2275,25 +2251,6 @@ class _Scanner:
                 self._warned[name] = entry.kind
                 log.warning("%s", _ignored(name, entry.kind))
         return _Changes(changed, diff.deleted, unusable)
-
-    def _recheck(self, changed: list[tuple[str, _Sig]]) -> None:
-        """Read the racy contents again; one that differs is changed."""
-        for name, digest in list(self._fresh.items()):
-            entry = self._snapshot.get(name)
-            if entry is None or entry.sig is None:
-                del self._fresh[name]
-                continue
-            read_ns = time.time_ns()
-            try:
-                data, _ = _read_file(self._prefix + name)
-            except (OSError, _NotRegular):
-                continue  # the next scan sees what happened to it
-            if _digest(data) != digest:
-                log.debug("%s: content changed under an unchanged stat", name)
-                del self._fresh[name]
-                changed.append((name, entry.sig))
-            elif not _is_racy(read_ns, entry.mtime_ns):
-                del self._fresh[name]
 
     def _relock(self, dir_id: _DirId) -> bool:
         """A directory deleted and made again is a new directory: take its lock
@@ -2324,47 +2281,30 @@ class _Scanner:
 
 class _Schedule:
     """When each file is next due, as in ``sched``: a heap of ``(due, seq,
-    name, generation, action)`` on the wall clock, ``action`` being "fire" or
-    "retry" (read the file again).  Cancelling a name gives it a new
-    generation, unique in the schedule, so its old entries are dead where they
-    lie (compacted away when they pile up).  No I/O and no clock of its own:
-    every decision takes ``now``."""
+    file, generation, action)`` on the wall clock, ``action`` being "fire" or
+    "retry" (read the file again).  What is due is kept on the file's own
+    record (``_File.due``); cancelling a file gives its record a new
+    generation, so its old entries are dead where they lie (compacted away
+    when they pile up).  No I/O and no clock of its own: every decision
+    takes ``now``."""
 
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, str, int, str]] = []  # (due, seq, name, generation, action)
+    def __init__(self, files: Mapping[str, _File]) -> None:
+        self._files = files  # the live records: how many entries may be live
+        self._heap: list[tuple[float, int, _File, int, str]] = []
         self._seq = itertools.count()
-        self._generations = itertools.count(1)
-        self._live: dict[str, int] = {}       # name -> its current generation
-        self._firing: dict[str, float] = {}   # name -> when its next firing is due
         self._anchor: tuple[float, float] | None = None  # (wall, monotonic) at the last wake
 
-    def renew(self, name: str) -> int:
-        """Cancel everything pending for ``name``; returns its new generation."""
-        generation = self._live[name] = next(self._generations)
-        self._firing.pop(name, None)
-        return generation
+    @staticmethod
+    def cancel(f: _File) -> None:
+        """Everything pending for the file is dead."""
+        f.generation += 1
+        f.due = None
 
-    def drop(self, name: str) -> None:
-        """``name`` is gone: all its entries are dead."""
-        self._live.pop(name, None)
-        self._firing.pop(name, None)
-
-    def generation(self, name: str) -> int | None:
-        return self._live.get(name)
-
-    def due(self, name: str) -> float | None:
-        """When ``name`` fires next, if a firing is scheduled."""
-        return self._firing.get(name)
-
-    def scheduled(self) -> int:
-        """How many names have a firing scheduled."""
-        return len(self._firing)
-
-    def push(self, name: str, due: float, action: str = "fire") -> None:
+    def push(self, f: _File, due: float, action: str = "fire") -> None:
         if action == "fire":
-            self._firing[name] = due
-        heapq.heappush(self._heap, (due, next(self._seq), name, self._live[name], action))
-        if len(self._heap) > 2 * len(self._live) + 64:
+            f.due = due
+        heapq.heappush(self._heap, (due, next(self._seq), f, f.generation, action))
+        if len(self._heap) > 2 * len(self._files) + 64:
             self._compact()
 
     def next_due(self) -> tuple[float, str] | None:
@@ -2372,24 +2312,23 @@ class _Schedule:
         for it early is harmless)."""
         return (self._heap[0][0], self._heap[0][4]) if self._heap else None
 
-    def pop_due(self, now: float) -> Iterator[tuple[float, str, str]]:
-        """Yield ``(due, name, action)`` for each live entry due at ``now``,
+    def pop_due(self, now: float) -> Iterator[tuple[float, _File, str]]:
+        """Yield ``(due, file, action)`` for each live entry due at ``now``,
         earliest first; entries pushed meanwhile are seen if due too."""
-        heap, live = self._heap, self._live
+        heap = self._heap
         while heap and heap[0][0] <= now:
-            due, _, name, generation, action = heapq.heappop(heap)
-            if live.get(name) != generation:
+            due, _, f, generation, action = heapq.heappop(heap)
+            if f.generation != generation:
                 continue  # cancelled
             if action == "fire":
-                self._firing.pop(name, None)
-            yield due, name, action
+                f.due = None
+            yield due, f, action
 
     def _compact(self) -> None:
         """Drop dead entries: a far-future event rewritten again and again
         would otherwise leave one behind per version until its old due time."""
-        live = self._live
-        self._heap[:] = [entry for entry in self._heap if live.get(entry[2]) == entry[3]]  # in place:
-        heapq.heapify(self._heap)                                                          # pop_due holds it
+        self._heap[:] = [entry for entry in self._heap if entry[2].generation == entry[3]]  # in place:
+        heapq.heapify(self._heap)                                                           # pop_due holds it
 
     def notice_clock_step(self, now: float, mono: float) -> None:
         """Due times are wall-clock instants, so a stepped clock needs nothing
@@ -2422,7 +2361,8 @@ class _Job:
     channel: str
     event: Event | None = None
     fn: Callable[[], object] | None = None
-    generation: int | None = None  # its file's generation when it was queued
+    file: _File | None = None      # its file's record, and
+    generation: int | None = None  # ... that record's generation when it was queued
     final: bool = False               # its file is deleted once it has run
     sig: _Sig | None = None
     digest: int | None = None
@@ -2985,6 +2925,8 @@ class _File:
     queued: _Job | None = None     # its last occurrence put on a queue (it may have started since)
     ignored: frozenset[str] = frozenset()  # unknown fields said in the log (shared while none)
     spent: bool = False               # ran or was dropped, but could not be deleted
+    due: float | None = None          # its next firing, while one is scheduled
+    generation: int = 0               # the schedule's entries for it are live while they have this
 
     @property
     def parsed(self) -> Event:
@@ -3015,11 +2957,12 @@ class _Files:
                  max_queued: int, notify: bool, clock: Callable[[], float], zone: ZoneInfo | None) -> None:
         self.directory = directory
         self._zone = zone  # the user's: an interval's due time is shown in it
-        self.schedule = _Schedule()
+        self._known: dict[str, _File] = {}
+        self._racy: dict[str, _File] = {}  # those of them read too soon after their mtime to trust
+        self.schedule = _Schedule(self._known)
         self.history = history
         self.journal = _Journal(directory)
         self._clock = clock
-        self._known: dict[str, _File] = {}
         self._scanner = scanner
         self._channels = channels
         self._handler = handler
@@ -3036,22 +2979,41 @@ class _Files:
         for name in changes.unusable:
             self._guarded(name, self._forget, name, "file is no longer a regular file")
         for name, sig in changes.changed:
-            self._guarded(name, self._changed, name, sig, now, first_look)
+            f = self._known.get(name)
+            if f is None or f.sig != sig:  # not what was read already (the writer finished after the scan)
+                self._guarded(name, self._changed, name, sig, now, first_look)
+
+    def recheck(self, now: float, first_look: _Startup | None = None) -> None:
+        """git's racy rule: a content read less than a timestamp tick after
+        its mtime may change again without changing the stat, so it is read
+        again at every scan until it is older; one that differs is read anew."""
+        for f in list(self._racy.values()):
+            read_ns = time.time_ns()
+            try:
+                data, _ = _read_file(os.path.join(self.directory, f.name))
+            except (OSError, _NotRegular):
+                continue  # the next scan sees what happened to it
+            if _digest(data) != f.digest:
+                log.debug("%s: content changed under an unchanged stat", f.name)
+                self._guarded(f.name, self._changed, f.name, f.sig, now, first_look)
+            elif not _is_racy(read_ns, f.sig[3]):
+                del self._racy[f.name]
 
     def run_due(self, now: float) -> None:
         """Fire (or read again) what is due at ``now``, offering the GIL
         every batch, so that in a burst of thousands the workers run what
         is queued already."""
-        for count, (at, name, action) in enumerate(self.schedule.pop_due(now), 1):
-            f = self._known.get(name)
-            if f is None:
-                continue
+        for count, (at, f, action) in enumerate(self.schedule.pop_due(now), 1):
             if action == "retry":
-                self._guarded(name, self._load, f, now)
+                self._guarded(f.name, self._load, f, now)
             else:
-                self._guarded(name, self._fire, f, at, now)
+                self._guarded(f.name, self._fire, f, at, now)
             if count % _BATCH == 0:
                 time.sleep(0)
+
+    def scheduled(self) -> int:
+        """How many files have a firing scheduled."""
+        return sum(f.due is not None for f in self._known.values())
 
     def settle(self) -> None:
         """Take in the runs the workers finished: delete their files."""
@@ -3176,7 +3138,10 @@ class _Files:
             f.attempts = 0  # the writer is still at work (even if only to truncate): the retries start over
         f.spent = False
         f.sig, f.digest = sig, digest
-        self._scanner.note_read(f.name, digest, read_ns, sig)
+        if _is_racy(read_ns, sig[3]):
+            self._racy[f.name] = f
+        else:
+            self._racy.pop(f.name, None)
         try:
             event, f.timing, ignored = _parse(data, f.name)
         except _NeedsCroniter as exc:  # said once, as above
@@ -3204,7 +3169,7 @@ class _Files:
             delay = _RETRY_DELAYS[f.attempts]
             f.attempts += 1
             log.debug("%s; retrying in %d ms", exc, delay * 1000)
-            self.schedule.push(f.name, now + delay, "retry")
+            self.schedule.push(f, now + delay, "retry")
             return
         self._invalid(f, exc.reason, data)
 
@@ -3286,7 +3251,7 @@ class _Files:
             if verdict.catch_up is not None:
                 self._enqueue(f, verdict.catch_up, verdict.late, final=False)
             assert verdict.due is not None  # the judge's contract: "schedule" says when
-            self.schedule.push(f.name, verdict.due)
+            self.schedule.push(f, verdict.due)
         elif verdict.action == "run":  # once, and the file goes (a periodic's last, caught up)
             if verdict.late is not None:
                 log.info("%s: %s; running it now, late", f.name, verdict.reason)
@@ -3315,7 +3280,7 @@ class _Files:
             if final:
                 log.info("%s: this is its last occurrence; the file is deleted once it has run", f.name)
             else:
-                self.schedule.push(f.name, after)
+                self.schedule.push(f, after)
         self._enqueue(f, due, now - due if now - due >= _LATE else None, final)  # late: the clock stepped, or it slept
 
     def _enqueue(self, f: _File, due: float | None, late: float | None = None,
@@ -3326,7 +3291,7 @@ class _Files:
         event = f.parsed
         final = event.type != "periodic" if final is None else final
         occurrence = replace(event, due=_aware(f.timing, due, self._zone), late=late)
-        job = _Job(event.channel_id, event=occurrence, generation=self.schedule.generation(f.name),
+        job = _Job(event.channel_id, event=occurrence, file=f, generation=f.generation,
                    sig=f.sig, digest=f.digest, due=due, final=final, id=self.journal.next_id())
         if f.queued is not None and self._channels.merge(f.queued, final):  # that one is the last now, if final
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
@@ -3391,22 +3356,22 @@ class _Files:
     def _cancel(self, f: _File, why: str | None = None) -> None:
         """Kill its schedule entries and its occurrence waiting in a queue;
         with ``why``, what was pending goes to the history as cancelled."""
-        due, queued = self.schedule.due(f.name), f.queued
+        due, queued = f.due, f.queued
         withdrawn = queued is not None and self._channels.withdraw(queued)
         if withdrawn and queued is not None:
             self._fired(queued, queued=False)
         if why and f.event is not None and (due is not None or withdrawn):
             self._record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
                          detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
-        self.schedule.renew(f.name)
+        self.schedule.cancel(f)
         f.queued = None
 
     def _forget(self, name: str, why: str | None = None) -> None:
         """The file is gone (or is no longer a regular file)."""
+        self._racy.pop(name, None)
         f = self._known.pop(name, None)
         if f is not None:
             self._cancel(f, why)
-        self.schedule.drop(name)
 
     # -- running an event, and deleting its file ---------------------------------
 
@@ -3467,7 +3432,7 @@ class _Files:
         content is a new event."""
         ran = job.occurrence
         f = self._known.get(ran.filename)
-        if f is not None and self.schedule.generation(f.name) == job.generation:
+        if f is not None and f is job.file and f.generation == job.generation:
             event = f.event
             if self._delete(f, job.sig, job.digest) and ran.type == "periodic":
                 self._record("ended", f.name, event, detail="its last occurrence has run")
@@ -3715,7 +3680,7 @@ class EventsWatcher:
 
     def scheduled_count(self) -> int:
         """How many events have a firing scheduled."""
-        return self._schedule.scheduled()
+        return self._files.scheduled()
 
     def stop(self, timeout: float = 30) -> list[str]:
         """Stop scheduling, drop what waits in the queues (the files stay), and
@@ -3798,7 +3763,7 @@ class EventsWatcher:
                 self._halt(f"cannot take over {self.events_dir}: {type(exc).__name__}: {exc}")
                 return
             log.warning("took over %s: the harness that held it has gone (%d events scheduled)",
-                        self.events_dir, self._schedule.scheduled())
+                        self.events_dir, self._files.scheduled())
             self._systemd.send(f"STATUS=watching {self.events_dir} (took over)")
             self._run()
             return
@@ -3880,6 +3845,7 @@ class EventsWatcher:
                 if self._first_look is None:
                     self._first_look = _Startup(now, self._looked_at, now, self._misfire_grace)
             first_look, self._first_look, self._looked_at = self._first_look, None, now
+            self._files.recheck(now, first_look)
         if changes is not None:
             self._files.apply(changes, now, first_look)
 

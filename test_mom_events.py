@@ -117,6 +117,11 @@ class Harness:
     def exists(self, name):
         return (self.dir / name).exists()
 
+    def due(self, name):
+        """When the file's event fires next, if it is scheduled."""
+        f = self.w._files._known.get(name)
+        return None if f is None else f.due
+
     def start(self):
         self.w.start(thread=False)
         self.run_workers()
@@ -1222,18 +1227,18 @@ class LanguageTest(unittest.TestCase):
         content = {"type": "periodic", "channelId": "C", "text": "build", "every": "90m"}
         h.write("build.json", content, mtime=h.now - 1000)  # phase: 90 minutes after its mtime
         h.start()
-        due = h.w._schedule.due("build.json")
+        due = h.due("build.json")
         self.assertEqual(due, h.now - 1000 + 5400)
         again = Harness(self, now=h.now + 60)  # a restart, the file unchanged
         again.write("build.json", content, mtime=h.now - 1000)
         again.start()
-        self.assertEqual(again.w._schedule.due("build.json"), due)
+        self.assertEqual(again.due("build.json"), due)
         h.advance(5400 - 1000)
         self.assertEqual(h.texts(), ["build"])
-        self.assertEqual(h.w._schedule.due("build.json"), due + 5400)
+        self.assertEqual(h.due("build.json"), due + 5400)
         h.write("build.json", content, mtime=h.now + 10)  # rewritten: it starts anew
         h.tick(h.now + 10)
-        self.assertEqual(h.w._schedule.due("build.json"), h.now + 5400)
+        self.assertEqual(h.due("build.json"), h.now + 5400)
 
     def test_until_ends_it_and_start_begins_it(self):
         h = Harness(self, now=utc(2027, 3, 1, 8, 59, 0).timestamp(), history=None)
@@ -1612,61 +1617,138 @@ class FuzzTest(unittest.TestCase):
 # ---------------------------------------------------------------------------
 
 
+def _records(*names):
+    """Files' records, for the schedule alone."""
+    return {name: mom_events._File(name, (0, 0, 0, 0, 0)) for name in names}
+
+
 class SchedulePartTest(unittest.TestCase):
-    """The schedule alone: no files, no threads, only ``now``."""
+    """The schedule alone: no files, no threads, only ``now``.  What is due
+    is kept on each file's record, and a record cancelled is dead in the heap."""
 
     def test_pop_due_in_order_and_only_live_entries(self):
-        s = mom_events._Schedule()
-        for name in ("a", "b", "c"):
-            s.renew(name)
-        s.push("b", 20.0)
-        s.push("a", 10.0)
-        s.push("c", 30.0, "retry")
-        s.renew("b")  # cancelled: its entry is dead
-        self.assertEqual(s.scheduled(), 1)
-        self.assertEqual(s.due("a"), 10.0)
-        self.assertEqual(list(s.pop_due(25.0)), [(10.0, "a", "fire")])
-        self.assertIsNone(s.due("a"))
-        s.drop("c")
+        known = _records("a", "b", "c")
+        s, (a, b, c) = mom_events._Schedule(known), known.values()
+        s.push(b, 20.0)
+        s.push(a, 10.0)
+        s.push(c, 30.0, "retry")
+        s.cancel(b)  # its entry is dead
+        self.assertEqual([(f.name, f.due) for f in known.values()], [("a", 10.0), ("b", None), ("c", None)])
+        self.assertEqual(list(s.pop_due(25.0)), [(10.0, a, "fire")])
+        self.assertIsNone(a.due)
+        s.cancel(known.pop("c"))  # forgotten
         self.assertEqual(list(s.pop_due(100.0)), [])
 
-    def test_generations_are_unique_even_for_a_name_seen_again(self):
-        s = mom_events._Schedule()
-        first = s.renew("a")
-        s.push("a", 10.0)
-        s.drop("a")
-        second = s.renew("a")  # a new file under the old name
-        self.assertNotEqual(first, second)
-        self.assertEqual(list(s.pop_due(10.0)), [])
+    def test_a_forgotten_record_stays_dead_when_its_name_comes_back(self):
+        known = _records("a")
+        s, old = mom_events._Schedule(known), known["a"]
+        s.push(old, 10.0)
+        s.cancel(known.pop("a"))
+        known.update(_records("a"))  # a new file under the old name
+        s.push(known["a"], 20.0)
+        self.assertEqual(list(s.pop_due(30.0)), [(20.0, known["a"], "fire")])
+
+    def test_next_due_is_the_earliest_entry_with_its_action(self):
+        known = _records("a", "b")
+        s = mom_events._Schedule(known)
+        self.assertIsNone(s.next_due())
+        s.push(known["a"], 20.0)
+        s.push(known["b"], 10.0, "retry")  # the loop spins only for a firing, never for a retry
+        self.assertEqual(s.next_due(), (10.0, "retry"))
+        list(s.pop_due(10.0))
+        self.assertEqual(s.next_due(), (20.0, "fire"))
 
     def test_random_operations_match_a_plain_model(self):
         rng = random.Random(3)
         for _ in range(200):
-            s, model, now = mom_events._Schedule(), {}, 0.0  # model: name -> [(due, action)]
+            known, model, now = {}, {}, 0.0  # model: name -> [(due, action)]
+            firing = {}  # name -> its next firing: the last pushed, until one is popped or it is cancelled
+            s = mom_events._Schedule(known)
             for _ in range(60):
                 name, op = rng.choice("abcde"), rng.random()
                 if op < 0.4:
                     if name not in model:
-                        s.renew(name)
+                        known.update(_records(name))
                         model[name] = []
                     due, action = now + rng.choice((0.5, 1, 2, 5)), rng.choice(("fire", "retry"))
-                    s.push(name, due, action)
+                    s.push(known[name], due, action)
                     model[name].append((due, action))
+                    if action == "fire":
+                        firing[name] = due
                 elif op < 0.55 and name in model:
-                    s.renew(name)
+                    s.cancel(known[name])
                     model[name] = []
+                    firing.pop(name, None)
                 elif op < 0.65:
-                    s.drop(name)
+                    if name in known:
+                        s.cancel(known.pop(name))
                     model.pop(name, None)
+                    firing.pop(name, None)
                 else:
                     now += rng.choice((0.5, 1, 3))
                     expected = sorted((due, seq, n, action) for n, entries in model.items()
                                       for seq, (due, action) in enumerate(entries) if due <= now)
-                    got = list(s.pop_due(now))
+                    got = [(due, f.name, action) for due, f, action in s.pop_due(now)]
                     self.assertEqual(sorted(got), sorted((due, n, action) for due, _, n, action in expected))
+                    for _, n, action in got:
+                        if action == "fire":
+                            firing.pop(n, None)
                     for n in model:
                         model[n] = [(due, action) for due, action in model[n] if due > now]
                 self.assertLessEqual(len(s._heap), 2 * len(model) + 64 + 1)
+                self.assertEqual({n: f.due for n, f in known.items() if f.due is not None}, firing)
+
+    def test_dead_entries_are_compacted_past_twice_the_live_ones_plus_64_and_not_before(self):
+        """The bound on memory, and compaction's amortized cost: one pass
+        over the heap per 64 pushes at least."""
+        known = _records("a", "x")
+        s = mom_events._Schedule(known)
+        s.push(known["a"], 1e9)
+        sizes = []
+        for i in range(300):
+            s.cancel(known["x"])  # a file rewritten again and again: its old entry dies
+            s.push(known["x"], 1e9 + i)
+            sizes.append(len(s._heap))
+        bound = 2 * 2 + 64
+        self.assertEqual(max(sizes), bound)
+        self.assertEqual(sizes.count(bound), 300 // (bound - 1))  # grown to it, then compacted, each time
+        self.assertEqual(sizes[bound - 1], 2)
+
+    def test_compaction_leaves_a_heap_pop_due_can_trust(self):
+        """Against a plain model: whatever compaction dropped, what is due at
+        ``now`` comes out, earliest first, and nothing else."""
+        rng = random.Random(11)
+        for _ in range(20):
+            known, model = _records(*(f"n{i}" for i in range(40))), {}
+            s = mom_events._Schedule(known)
+            for _ in range(400):  # many rewrites: dead entries pile up and are compacted away
+                name = rng.choice(list(known))
+                s.cancel(known[name])
+                model[name] = rng.uniform(0, 1000)
+                s.push(known[name], model[name])
+            now = 0.0
+            while model:
+                now += rng.uniform(0, 100)
+                got = list(s.pop_due(now))
+                expected = sorted((due, name) for name, due in model.items() if due <= now)
+                self.assertEqual([(due, f.name) for due, f, _ in got], expected)
+                for _, name in expected:
+                    del model[name]
+
+    def test_a_step_of_the_wall_clock_against_the_monotonic_one_is_logged_each_time(self):
+        s = mom_events._Schedule({})
+        with self.assertNoLogs("mom_events", "WARNING"):
+            s.notice_clock_step(1000.0, 50.0)
+            s.notice_clock_step(1010.5, 60.0)  # half a second off: a slow tick, not a step
+            s.notice_clock_step(1021.5, 70.0)  # a second: still not
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            s.notice_clock_step(1033.0, 80.0)
+        self.assertIn("forward by 1.5 s", logs.output[0])
+        with self.assertNoLogs("mom_events", "WARNING"):
+            s.notice_clock_step(1043.0, 90.0)  # measured from the last wake: the step is not logged again
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            s.notice_clock_step(1050.0, 100.0)
+        self.assertIn("back by 3.0 s", logs.output[0])
 
 
 class ScannerPartTest(unittest.TestCase):
@@ -1802,46 +1884,33 @@ class ScannerPartTest(unittest.TestCase):
         (d / "b.json").write_text("{}")
         self.assertEqual([name for name, _ in scanner.scan().changed], ["b.json"])
 
-    def test_content_read_too_soon_is_compared_again(self):
-        d = temp_dir(self, "mom_events_scan_")
-        scanner = mom_events._Scanner(str(d), 0.2)
-        (d / "a.json").write_text("AAAA")
-        (sig_name, sig), = scanner.scan(startup=True).changed
-        scanner.note_read("a.json", mom_events._digest(b"AAAA"), time.time_ns(), sig)
-        before = os.stat(d / "a.json")
-        (d / "a.json").write_text("BBBB")
-        os.utime(d / "a.json", ns=(before.st_atime_ns, before.st_mtime_ns))  # the same stat as far as mtime goes
-        changes = scanner.scan()
-        self.assertIn("a.json", [name for name, _ in changes.changed])
-
     def test_content_read_too_soon_is_compared_until_it_is_old_enough_and_then_left_alone(self):
-        """git's racy rule, where only a read can tell: the stat is not looked
-        at again (no listing, no sweep in these scans)."""
-        d = temp_dir(self, "mom_events_scan_")
-        scanner = mom_events._Scanner(str(d), 0.01)  # the sweep comes only every 20th scan
-        path = d / "a.json"
-        path.write_text("AAAA")
+        """git's racy rule, where only a read can tell: the stat does not
+        change (the scanner is told it saw the new one already)."""
+        h = Harness(self)
+        path = h.write("a.json", one_shot(h.now + 3600, text="AAAA"))
         second = (time.time_ns() // 10**9 + 30) * 10**9
         os.utime(path, ns=(second, second))  # a whole second (coarse: trusted 2 s after it), and ahead
-        os.utime(d, (1000, 1000))
-        (_, sig), = scanner.scan(startup=True).changed
-        scanner.note_read("a.json", mom_events._digest(b"AAAA"), time.time_ns(), sig)
-        self.assertEqual(scanner.scan().changed, [])  # the same content, still too recent: compared again
-        path.write_text("BBBB")
+        h.start()
+        with mock.patch.object(mom_events, "_parse", side_effect=AssertionError("parsed again")):
+            h.tick(h.now + 0.1)  # the same content, still too recent: compared again, no more
+        path.write_text(json.dumps(one_shot(h.now + 3600, text="BBBB")))
         os.utime(path, ns=(second, second))
+        h.w._scanner._snapshot["a.json"] = mom_events._stat_entry(str(path))
         with self.assertLogs("mom_events", "DEBUG") as logs:
-            self.assertEqual([name for name, _ in scanner.scan().changed], ["a.json"])
-        self.assertEqual(logs.output, ["DEBUG:mom_events:a.json: content changed under an unchanged stat"])
-        self.assertIsNone(scanner.scan())  # said once, even if the reader never reads it
-        scanner.note_read("a.json", mom_events._digest(b"BBBB"), time.time_ns(), sig)
-        with mock.patch.object(mom_events, "_read_file", side_effect=FileNotFoundError(2, "gone")):
-            self.assertEqual(scanner.scan().changed, [])  # cannot be read now: the next scan says what it is
+            h.tick(h.now + 0.1)
+        self.assertIn("DEBUG:mom_events:a.json: content changed under an unchanged stat", logs.output)
+        with mock.patch.object(mom_events, "_read_file", side_effect=FileNotFoundError(2, "gone")), \
+                self.assertNoLogs("mom_events", "WARNING"):
+            h.tick(h.now + 0.1)  # cannot be read now: the next scan says what it is
         written = time.time_ns() - 1_500_000_001  # a fine timestamp, 1.5 s ago: trusted after 50 ms
-        scanner.note_read("a.json", mom_events._digest(b"BBBB"), written + 10**7, (*sig[:3], written, written))
-        self.assertEqual(scanner.scan().changed, [])  # compared once more: the same, and old enough now
+        os.utime(path, ns=(written, written))
+        h.tick(h.now + 0.1)  # read once more, for its stat changed: old enough now
         with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
             for _ in range(5):
-                self.assertIsNone(scanner.scan())
+                h.tick(h.now + 0.1)
+        h.advance(3600)
+        self.assertEqual(h.texts(), ["BBBB"])
 
 
 class ChannelsPartTest(unittest.TestCase):
@@ -1964,7 +2033,7 @@ class StartupTest(unittest.TestCase):
         h.write("p.json", periodic("* * * * *"))
         h.start()
         self.assertEqual(h.fired, [])
-        self.assertEqual(h.w._schedule.due("p.json"), utc(2025, 1, 1, 9, 1).timestamp())
+        self.assertEqual(h.due("p.json"), utc(2025, 1, 1, 9, 1).timestamp())
 
     def test_same_scan_is_taken_in_mtime_then_name_order(self):
         h = Harness(self)
@@ -2086,7 +2155,7 @@ class PeriodicTest(unittest.TestCase):
         h.start()
         h.tick(utc(2025, 1, 1, 10, 0, 30).timestamp())  # an hour late: a clock step or a suspend
         self.assertEqual(len(h.fired), 1)
-        self.assertEqual(h.w._schedule.due("p.json"), utc(2025, 1, 1, 10, 1).timestamp())
+        self.assertEqual(h.due("p.json"), utc(2025, 1, 1, 10, 1).timestamp())
 
     def test_daylight_saving_in_the_events_own_timezone(self):
         h = Harness(self, now=vienna(2025, 3, 30, 1, 0).timestamp())
@@ -2381,14 +2450,13 @@ class SweepForgetsTest(unittest.TestCase):
         (d / "a.json").write_text("{}")
         os.mkfifo(d / "f.json")
         with self.assertLogs("mom_events", "WARNING"):
-            changes = scanner.scan(startup=True)
-        scanner.note_read("a.json", mom_events._digest(b"{}"), time.time_ns(), changes.changed[0][1])  # racy
+            scanner.scan(startup=True)
         for name in ("a.json", "f.json"):
             os.unlink(d / name)
             scanner.forget(name)  # as the harness does when it deletes a file
         os.utime(d, (1000, 1000))  # unchanged as far as a listing can tell: only the forgetting says it
         scanner.scan()
-        kept = (scanner._snapshot, scanner._listing, scanner._fresh, scanner._warned, scanner._sweep_names)
+        kept = (scanner._snapshot, scanner._listing, scanner._warned, scanner._sweep_names)
         self.assertEqual([name for names in kept for name in names], [])
 
 
@@ -2411,7 +2479,7 @@ class ChangeTest(unittest.TestCase):
         h = Harness(self)
         h.write("p.json", periodic(), mtime=time.time() - 60)
         h.start()
-        self.assertNotIn("p.json", h.w._scanner._fresh)
+        self.assertNotIn("p.json", h.w._files._racy)
         with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
             h.tick(h.now + 0.1)
 
@@ -2419,10 +2487,10 @@ class ChangeTest(unittest.TestCase):
         h = Harness(self)
         h.write("p.json", periodic())
         h.start()
-        self.assertIn("p.json", h.w._scanner._fresh)
+        self.assertIn("p.json", h.w._files._racy)
         os.utime(h.dir / "p.json", (time.time() - 60, time.time() - 60))
         h.tick(h.now + 0.1)  # the signature changed: read again, now old enough to trust
-        self.assertNotIn("p.json", h.w._scanner._fresh)
+        self.assertNotIn("p.json", h.w._files._racy)
 
     def test_touch_keeps_the_same_schedule(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
@@ -2614,13 +2682,14 @@ class IsolationTest(unittest.TestCase):
         h.tick(h.now + 0.1)
         (h.dir / "a.json").unlink()
         h.write("b.json", immediate(text="b"))
-        real = mom_events._Schedule.drop
+        real = mom_events._Schedule.cancel
 
-        def drop(schedule, name):
-            if name == "a.json":
+        def cancel(f):
+            if f.name == "a.json":
                 raise RuntimeError("injected")
-            return real(schedule, name)
-        with mock.patch.object(mom_events._Schedule, "drop", drop), self.assertLogs("mom_events", "ERROR") as logs:
+            return real(f)
+        with mock.patch.object(mom_events._Schedule, "cancel", staticmethod(cancel)), \
+                self.assertLogs("mom_events", "ERROR") as logs:
             h.tick(h.now + 0.1)
         self.assertEqual(logs.output, ["ERROR:mom_events:a.json: unexpected error while handling it: "
                                        "RuntimeError: injected"])
@@ -3083,8 +3152,8 @@ class CallbackTest(unittest.TestCase):
         denied = PermissionError(13, "Permission denied")
         with mock.patch("mom_events.os.unlink", side_effect=denied), self.assertLogs("mom_events") as logs:
             h.tick(h.now + 0.1)
-            for _ in range(5):
-                h.w._scanner._fresh["a.json"] = 0  # as if its content were in doubt
+            for i in range(5):
+                os.utime(h.dir / "a.json", (h.now + i, h.now + i))  # as if it had changed: read again
                 h.tick(h.now + 1)
         self.assertEqual(len(h.fired), 1)
         self.assertEqual(len([line for line in logs.output if "cannot delete" in line]), 1)
@@ -6989,61 +7058,6 @@ class ScheduleContractTest(unittest.TestCase):
     """What the scheduler loop relies on from the schedule, the clock-step log
     and the spin: each found missing by a mutation run (benchmarks/mutate.py)."""
 
-    def test_next_due_is_the_earliest_entry_with_its_action(self):
-        s = mom_events._Schedule()
-        self.assertIsNone(s.next_due())
-        s.renew("a")
-        s.renew("b")
-        s.push("a", 20.0)
-        s.push("b", 10.0, "retry")  # the loop spins only for a firing, never for a retry
-        self.assertEqual(s.next_due(), (10.0, "retry"))
-        list(s.pop_due(10.0))
-        self.assertEqual(s.next_due(), (20.0, "fire"))
-
-    def test_a_dropped_name_has_no_firing_left(self):
-        s = mom_events._Schedule()
-        s.renew("a")
-        s.push("a", 10.0)
-        s.drop("a")
-        self.assertEqual((s.scheduled(), s.due("a")), (0, None))
-
-    def test_dead_entries_are_compacted_past_twice_the_live_ones_plus_64_and_not_before(self):
-        """The bound on memory, and compaction's amortized cost: one pass
-        over the heap per 64 pushes at least."""
-        s = mom_events._Schedule()
-        s.renew("a")
-        s.push("a", 1e9)
-        sizes = []
-        for i in range(300):
-            s.renew("x")  # a file rewritten again and again: its old entry dies
-            s.push("x", 1e9 + i)
-            sizes.append(len(s._heap))
-        bound = 2 * 2 + 64
-        self.assertEqual(max(sizes), bound)
-        self.assertEqual(sizes.count(bound), 300 // (bound - 1))  # grown to it, then compacted, each time
-        self.assertEqual(sizes[bound - 1], 2)
-
-    def test_compaction_leaves_a_heap_pop_due_can_trust(self):
-        """Against a plain model: whatever compaction dropped, what is due at
-        ``now`` comes out, earliest first, and nothing else."""
-        rng = random.Random(11)
-        for _ in range(20):
-            s, model = mom_events._Schedule(), {}
-            names = [f"n{i}" for i in range(40)]
-            for _ in range(400):  # many rewrites: dead entries pile up and are compacted away
-                name = rng.choice(names)
-                s.renew(name)
-                model[name] = rng.uniform(0, 1000)
-                s.push(name, model[name])
-            now = 0.0
-            while model:
-                now += rng.uniform(0, 100)
-                got = list(s.pop_due(now))
-                expected = sorted((due, name) for name, due in model.items() if due <= now)
-                self.assertEqual([(due, name) for due, name, _ in got], expected)
-                for _, name in expected:
-                    del model[name]
-
     def test_events_fire_on_time_after_compaction(self):
         """The watcher wakes for the heap's first entry: a heap left unordered
         by compaction would wake it late and fire events late."""
@@ -7063,21 +7077,6 @@ class ScheduleContractTest(unittest.TestCase):
         h.advance(3600)
         self.assertEqual(sorted(h.names()), sorted(dues))
         self.assertEqual([(at, event.filename) for at, event in h.fired if at != dues[event.filename]], [])
-
-    def test_a_step_of_the_wall_clock_against_the_monotonic_one_is_logged_each_time(self):
-        s = mom_events._Schedule()
-        with self.assertNoLogs("mom_events", "WARNING"):
-            s.notice_clock_step(1000.0, 50.0)
-            s.notice_clock_step(1010.5, 60.0)  # half a second off: a slow tick, not a step
-            s.notice_clock_step(1021.5, 70.0)  # a second: still not
-        with self.assertLogs("mom_events", "WARNING") as logs:
-            s.notice_clock_step(1033.0, 80.0)
-        self.assertIn("forward by 1.5 s", logs.output[0])
-        with self.assertNoLogs("mom_events", "WARNING"):
-            s.notice_clock_step(1043.0, 90.0)  # measured from the last wake: the step is not logged again
-        with self.assertLogs("mom_events", "WARNING") as logs:
-            s.notice_clock_step(1050.0, 100.0)
-        self.assertIn("back by 3.0 s", logs.output[0])
 
     def test_the_spin_ends_when_the_clock_reaches_the_due_time(self):
         readings = []
@@ -8492,7 +8491,7 @@ class JudgeAgreementTest(unittest.TestCase):
             h.tick(h.now)
             h.advance(1.5)  # the retries of the bad ones
         ran = {e.filename for _, e in h.fired if e.type != "rejected"}
-        scheduled = {name for name in verdicts if h.w._schedule.due(name) is not None}
+        scheduled = {name for name in verdicts if h.due(name) is not None}
         rejected = {name for name in verdicts if h.exists(name + ".rejected")}
         self.assertEqual(len(ran | scheduled | rejected), len(verdicts))
         for name, (ok, line) in sorted(verdicts.items()):
@@ -9330,7 +9329,7 @@ class HeapTest(unittest.TestCase):
             h.tick(h.now + 0.01)
             (h.dir / f"n{i}.json").unlink()
             h.tick(h.now + 0.01)
-        self.assertEqual((h.w._files._known, h.w._schedule._live, h.w._schedule.scheduled()), ({}, {}, 0))
+        self.assertEqual((h.w._files._known, h.w.scheduled_count()), ({}, 0))
         self.assertLess(len(h.w._schedule._heap), 100)
 
     def test_compaction_while_due_entries_fire(self):
@@ -9341,8 +9340,9 @@ class HeapTest(unittest.TestCase):
         h.tick(h.now + 0.01)
         h.write("far.json", one_shot(utc(2025, 1, 1, 9, 0, 59).timestamp(), text="v99"))
         h.tick(h.now + 0.01)
+        gone = mom_events._File("gone.json", (0, 0, 0, 0, 0), generation=1)
         for i in range(200):  # dead entries (of files long gone), due just after the periodic ones
-            heapq.heappush(h.w._schedule._heap, (utc(2025, 1, 1, 9, 1).timestamp() + 0.5, -i, "gone.json", 0, "fire"))
+            heapq.heappush(h.w._schedule._heap, (utc(2025, 1, 1, 9, 1).timestamp() + 0.5, -i, gone, 0, "fire"))
         compactions = []
         real = h.w._schedule._compact
         h.w._schedule._compact = lambda: (compactions.append(len(h.w._schedule._heap)), real())

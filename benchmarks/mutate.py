@@ -109,18 +109,12 @@ _SWEEP_SHORTCUT = ("the sweep's shortcut: without it the name gets the full stat
                    "same entry (a stat a moment later at worst)")
 _SWEEP_PACE = ("the sweep's pace only: it then stats its batch on other ticks, finding rewrites as soon or "
                "sooner at more cost (the idle benchmark measures the cost)")
-_FRESH_GUARD = ("a guard: _changes and forget drop a name from _fresh whenever it leaves the snapshot or turns "
-                "non-regular, so the recheck never finds one")
 _GIL_OFFER = "offering the GIL every batch only lets workers run sooner in a burst: the same events, the same order"
 _LATE_SUPERVISOR = ("a safety net no test reaches: by the end of stop()'s _KILL_AFTER + _KILL_WAIT + 1 s each "
                     "supervisor has ended its run or given up on it, and left the table kill_all reads")
 _LOCK_READ = ("the lock file holds a PID line and at most two short lines: reading 255 or 257 bytes, or "
               "from its second byte, finds the same lines after the PID")
 EQUIVALENT = {
-    "schedule:_Schedule.__init__:number:itertools.count(1) => 1->2":
-        "generations need only be unique within the schedule; nothing reads their first value",
-    "schedule:_Schedule.__init__:number:itertools.count(1) => 1->0":
-        "the same: 0 is as unique as 1 (a job's generation is compared with ==, never for truth)",
     "schedule:_Schedule.notice_clock_step:compare:drift > 0 => Gt->GtE":
         "differs only at drift 0, which is never logged (abs(drift) > 1.0 first)",
     "schedule:_Schedule.notice_clock_step:number:drift > 0 => 0->1":
@@ -540,14 +534,6 @@ EQUIVALENT = {
         _SWEEP_SHORTCUT,
     "scanner:_Scanner._sweep:delete:if name in seen: continue => pass":
         "a name the listing has just looked at is statted again: the same entry (or a newer one) for a stat",
-    "scanner:_Scanner._changes:delete:self._fresh.pop(name, None) => pass":
-        "the next recheck finds the name gone from the snapshot and drops it: a tick later, the same",
-    "scanner:_Scanner._recheck:delete:del self._fresh[name] => pass":
-        _FRESH_GUARD,
-    "scanner:_Scanner._recheck:delete:if entry is None or entry.sig is None: del self... => pass":
-        _FRESH_GUARD,
-    "scanner:_Scanner._recheck:delete:continue => pass":
-        _FRESH_GUARD,
     "scanner:_Scanner._relock:delete:return True => pass":
         "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
     "scanner:_Scanner._relock:bool:return True => True->False":
@@ -652,11 +638,6 @@ EQUIVALENT = {
         "the first guess of a stat's cost, soon replaced by the measured one: the sweep's pace only",
     "scanner:_Scanner.__init__:number:self._stat_cost = 5e-06 => 5e-06->0.0":
         "the first guess of a stat's cost, soon replaced by the measured one: the sweep's pace only",
-    "scanner:_Scanner.note_read:delete:if name not in self._snapshot: return => pass":
-        "a name gone or forgotten then holds the signature of what the harness read; a later change still "
-        "changes its stat",
-    "scanner:_Scanner.note_read:delete:return => pass":
-        "the same",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
