@@ -1567,12 +1567,61 @@ def _digest(data: bytes) -> int:
     return hash(data)
 
 
+_TAKEN = ".mom_events-taken"  # the end of the private name a file is moved to, to delete or rename it
+
+
+def _take(directory: str, name: str, sig: _Sig, digest: int | None) -> str | None:
+    """Act on the file judged (``sig`` and ``digest``), not on whatever has
+    its name now: check that the name still holds it (its whole signature;
+    its content too while its mtime is too recent to trust), move it to a
+    private name (a dotfile, never an event), and check that what moved is
+    the same file (inode, size, mtime: the rename changes the ctime), for an
+    ``mv`` may land in between.  Returns the private path to delete or
+    rename; None when another file has the name (put back if it was moved)
+    or none has."""
+    path = os.path.join(directory, name)
+    taken = os.path.join(directory, f".{name}{_TAKEN}")
+    try:
+        st = os.stat(path)
+        if _signature(st) != sig or (_is_racy(time.time_ns(), st.st_mtime_ns)
+                                     and _digest(_read_file(path)[0]) != digest):
+            return None
+        os.rename(path, taken)
+    except (FileNotFoundError, _NotRegular):
+        return None
+    try:
+        same = _signature(os.stat(taken))[:4] == sig[:4]
+    except OSError:
+        same = False
+    if same:
+        return taken
+    log.debug("%s: written again since it was judged; putting the new file back", name)
+    _put_back(taken, path)
+    return None
+
+
+def _put_back(taken: str, path: str) -> None:
+    """Give a taken file its name again, unless a newer one has it by now
+    (then the taken one was replaced, as by a later ``mv``).  Never raises:
+    at worst the private name is left behind."""
+    try:
+        try:
+            os.link(taken, path)
+        except FileExistsError:
+            pass
+        except OSError:  # a filesystem without hard links
+            os.rename(taken, path)
+            return
+        os.unlink(taken)
+    except OSError as exc:
+        log.debug("%s: cannot put it back in place (%s)", path, exc.strerror or exc)
+
+
 # ---------------------------------------------------------------------------
 # One harness per directory: two would fire every event twice
 # ---------------------------------------------------------------------------
 
 _LOCK_NAME = ".mom_events.lock"  # a dotfile, so never an event
-_TAKEN = ".mom_events-taken"  # the end of the private name a file is moved to, to delete or rename it
 
 # The lock file's second line, which says that its mtime is a trace of life:
 # the harness holding it refreshes it every _HEARTBEAT and at a clean stop
@@ -3065,8 +3114,7 @@ class _Files:
         except OSError:  # the scan says what is wrong with the directory
             return
         for name in taken:
-            self._put_back(os.path.join(self.directory, name),
-                           os.path.join(self.directory, name[1:].removesuffix(_TAKEN)))
+            _put_back(os.path.join(self.directory, name), os.path.join(self.directory, name[1:].removesuffix(_TAKEN)))
 
     @staticmethod
     def _stop_command(run: dict[str, Any], left: _Left) -> int | None:
@@ -3125,8 +3173,7 @@ class _Files:
         try:
             data, sig = _read_file(os.path.join(self.directory, f.name))
         except (FileNotFoundError, _NotRegular) as exc:  # gone, or swapped since the scan
-            self._forget(f.name, "file removed" if isinstance(exc, OSError) else "file is no longer a regular file")
-            self._scanner.forget(f.name)  # the next scan says what has the name now
+            self._gone(f.name, "file removed" if isinstance(exc, OSError) else "file is no longer a regular file")
             return
         except OSError as exc:  # said once: it is read again only when a scan sees it change
             log.error("%s: cannot be read (%s); leaving it alone until it changes", f.name, exc.strerror or exc)
@@ -3186,11 +3233,12 @@ class _Files:
             except (OSError, _NotRegular) as exc:
                 log.error("%s: %s; it cannot be read now (%s): the next scan says what became of it",
                           f.name, reason, getattr(exc, "strerror", None) or exc)
-                self._scanner.forget(f.name)  # whatever has the name now is read anew
+                self._gone(f.name)
                 return
             f.digest = _digest(data)
-        taken = self._take(f, f.sig, f.digest)
-        if taken is None:
+        taken = _take(self.directory, f.name, f.sig, f.digest)
+        if taken is None:  # what has the name now is read anew
+            self._gone(f.name)
             return
         rejected, written = f.name + ".rejected", _as_written(data)
         notice = self._announce(f, _rejected_event(f.name, reason, written,
@@ -3443,74 +3491,19 @@ class _Files:
         now (the next scan reads that one), nor when it cannot be deleted:
         that is logged once, and it never runs again in this process."""
         try:
-            taken = self._take(f, sig or f.sig, digest if sig else f.digest)
+            taken = _take(self.directory, f.name, sig or f.sig, digest if sig else f.digest)
         except OSError as exc:
             return self._undeletable(f, exc)
-        return taken is not None and self._unlink_taken(f, taken)
-
-    def _take(self, f: _File, sig: _Sig, digest: int | None) -> str | None:
-        """Act on the file judged, not on whatever has its name now: check
-        that the name still holds it (its whole signature; its content too
-        while its mtime is too recent to trust), move it to a private name (a
-        dotfile, never an event), and check that what moved is the same file
-        (inode, size, mtime: the rename changes the ctime), for an ``mv`` may
-        land in between.  Returns the private path; None when another file
-        has the name (put back if it was moved, for the next scan to read)
-        or none has."""
-        path = os.path.join(self.directory, f.name)
-        taken = os.path.join(self.directory, f".{f.name}{_TAKEN}")
-        try:
-            if not self._still(path, sig, digest):
-                self._scanner.forget(f.name)
-                return None
-            os.rename(path, taken)
-        except FileNotFoundError:
-            self._scanner.forget(f.name)
-            return None
-        try:
-            same = _signature(os.stat(taken))[:4] == sig[:4]
-        except OSError:
-            same = False
-        if same:
-            return taken
-        log.debug("%s: written again since it was judged; putting the new file back", f.name)
-        self._put_back(taken, path)
-        self._scanner.forget(f.name)
-        return None
-
-    @staticmethod
-    def _still(path: str, sig: _Sig, digest: int | None) -> bool:
-        """Does ``path`` still hold the file judged?"""
-        st = os.stat(path)
-        if _signature(st) != sig:
+        if taken is None:  # what has the name now is read anew
+            self._gone(f.name)
             return False
-        try:
-            return not _is_racy(time.time_ns(), st.st_mtime_ns) or _digest(_read_file(path)[0]) == digest
-        except _NotRegular:
-            return False
-
-    @staticmethod
-    def _put_back(taken: str, path: str) -> None:
-        """Give a taken file its name again, unless a newer one has it by now
-        (then the taken one was replaced, as by a later ``mv``).  Never
-        raises: at worst the private name is left behind."""
-        try:
-            try:
-                os.link(taken, path)
-            except FileExistsError:
-                pass
-            except OSError:  # a filesystem without hard links
-                os.rename(taken, path)
-                return
-            os.unlink(taken)
-        except OSError as exc:
-            log.debug("%s: cannot put it back in place (%s)", path, exc.strerror or exc)
+        return self._unlink_taken(f, taken)
 
     def _unlink_taken(self, f: _File, taken: str) -> bool:
         try:
             os.unlink(taken)
         except OSError as exc:
-            self._put_back(taken, os.path.join(self.directory, f.name))
+            _put_back(taken, os.path.join(self.directory, f.name))
             return self._undeletable(f, exc)
         self._gone(f.name)
         return True
@@ -3523,10 +3516,11 @@ class _Files:
         f.spent, f.event = True, None
         return False
 
-    def _gone(self, name: str) -> None:
-        """The harness deleted or renamed it: forget it, and whatever has the
-        name next is new."""
-        self._forget(name)
+    def _gone(self, name: str, why: str | None = None) -> None:
+        """The name no longer holds the file judged (the harness deleted or
+        renamed it, or another file has the name): forget it, and whatever
+        has the name next is new, even a file with the old one's stat."""
+        self._forget(name, why)
         self._scanner.forget(name)
 
     def _record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:

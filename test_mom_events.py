@@ -2715,7 +2715,7 @@ class IsolationTest(unittest.TestCase):
         h.start()
         h.write("b.json", immediate(text="b"))
         with mock.patch.object(mom_events, "_parse", side_effect=RuntimeError("injected")), \
-                mock.patch.object(mom_events._Files, "_take", side_effect=RuntimeError("again")), \
+                mock.patch.object(mom_events, "_take", side_effect=RuntimeError("again")), \
                 self.assertLogs("mom_events", "ERROR") as logs:
             h.tick(h.now + 0.1)
             os.utime(h.dir / "b.json")  # touched, the same content: still the file that failed
@@ -8287,16 +8287,16 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
                 taken.write_text("taken")
                 with mock.patch.object(mom_events.os, "link", side_effect=PermissionError(1, "not permitted")) \
                         if no_links else contextlib.nullcontext(), self.assertNoLogs("mom_events", "DEBUG"):
-                    mom_events._Files._put_back(str(taken), str(path))
+                    mom_events._put_back(str(taken), str(path))
                 self.assertEqual(os.listdir(d), ["a.json"])
                 self.assertEqual(path.read_text(), "taken")
                 path.unlink()
         taken.write_text("taken")
         path.write_text("newer")  # a later mv won: the taken file goes
-        mom_events._Files._put_back(str(taken), str(path))
+        mom_events._put_back(str(taken), str(path))
         self.assertEqual((os.listdir(d), path.read_text()), (["a.json"], "newer"))
         with self.assertLogs("mom_events", "DEBUG") as logs:
-            mom_events._Files._put_back(str(taken), str(path))  # gone meanwhile: said, never raised
+            mom_events._put_back(str(taken), str(path))  # gone meanwhile: said, never raised
         self.assertEqual(logs.output, [f"DEBUG:mom_events:{path}: cannot put it back in place (No such file or "
                                        "directory)"])
 
