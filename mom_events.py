@@ -2004,6 +2004,13 @@ class _Journal:
             self._size += written
             self._recovered()
 
+    def fired(self, job: _Job, queued: bool) -> None:
+        """Journal a periodic occurrence as queued, or as merged, discarded or
+        withdrawn (not missed, whatever becomes of the harness)."""
+        if job.occurrence.type == "periodic" and job.due is not None and job.sig is not None:
+            self.write({"kind": "fire", "file": job.occurrence.filename, "mtime": job.sig[3],
+                                "due": job.due, "queued": queued})
+
     def compact(self) -> None:
         """Rewrite the file with only what is still open, once it has grown
         (the scheduler thread, just after a heartbeat: what fell due before
@@ -2060,6 +2067,101 @@ class _Journal:
             self._broken = False
 
 
+_Record: TypeAlias = Callable[..., None]  # _Files.record: a line of the history, if kept
+
+
+def _recover(directory: str, journal: _Journal,
+             record: _Record) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]]]:
+    """Take over what the journal says the last harness left (at start-up,
+    before anything runs): stop what is left of the runs it cut short and
+    record them, delete the files of runs that ended, put back a file it
+    was deleting or renaming; then start the journal anew.  Returns the
+    periodic files' accounts, for the start-up's judge, and the notices it
+    did not send, to send once the directory has been judged."""
+    left = journal.left()
+    here = bool(left.machine) and left.machine == _machine()  # its commands' processes are this machine's
+    stopped = {run["id"]: _stop_session(run["sid"], run["start"]) if here else None
+               for run in left.open if run["kind"] == "run" and run.get("sid") is not None}
+    if stopped:
+        left = journal.left()  # what their shells journaled, of the commands that ended meanwhile
+    _put_back_taken(directory)
+    for run in left.cut:
+        detail = _cut_short(run, left.pid, stopped.get(run["id"]))
+        log.warning("%s: %s", run["file"], detail)
+        record("interrupted", run["file"], type=run["type"], channelId=run["channelId"], dueAt=run["due"],
+               detail=detail)
+    for run in left.ended:
+        _settle_ended(directory, run, record)
+    notices = []
+    for notice in left.notices:  # one whose file is still there as it was is told again by its judge
+        path = os.path.join(directory, notice["file"])
+        if notice["sig"] is None or _stat_entry(path) != _Entry(tuple(notice["sig"])):
+            notices.append({**notice, "id": journal.next_id()})
+    carried = [record for version, account in left.accounts.items() for record in _account_records(version, account)]
+    journal.begin(carried + notices)
+    return left.accounts, notices
+
+
+def _put_back_taken(directory: str) -> None:
+    """A file the last harness was deleting or renaming when it died is under
+    its private name still: give it its own back (unless a newer file has
+    it), to be judged as any other."""
+    try:
+        with os.scandir(directory) as entries:
+            taken = [entry.name for entry in entries if entry.name.endswith(_TAKEN) and entry.name.startswith(".")]
+    except OSError:  # the scan says what is wrong with the directory
+        return
+    for name in taken:
+        _put_back(os.path.join(directory, name), os.path.join(directory, name[1:].removesuffix(_TAKEN)))
+
+
+def _cut_short(run: dict[str, Any], pid: int | None, stopped: int | None) -> str:
+    """What is said of a run the last harness started and never ended;
+    ``stopped``: how many processes its command left (None: not this
+    machine's to stop)."""
+    detail = f"cut short: the harness (process {pid}) died while it ran"
+    if run.get("sid") is not None and stopped is None:
+        detail += "; its command ran on another machine or in another container, which must stop it"
+    elif stopped:
+        detail += f"; stopped the {stopped} process{'es' if stopped > 1 else ''} its command left"
+    if run["type"] in _NOTICES:
+        return detail + "; it is sent again"
+    if run["type"] == "periodic":
+        return detail + "; it counts as missed"
+    return detail + "; its file stays, so it runs again"
+
+
+def _settle_ended(directory: str, run: dict[str, Any], record: _Record) -> None:
+    """A run that ended before the last harness died: record it if that
+    harness did not (its command's shell journaled the end), and delete its
+    file, if it goes and is still the file that ran."""
+    fields = {"type": run["type"], "channelId": run["channelId"], "dueAt": run["due"]}
+    if not run.get("recorded"):
+        status = run.get("status") or 0  # the shell's: 128 + N for signal N (see _WRAPPER)
+        failure = _failure(128 - status if status > 128 else status)
+        record("done" if failure is None else "failed", run["file"], **fields, detail=failure)
+    name = run["file"]
+    entry = _stat_entry(os.path.join(directory, name)) if run["ran"] and run["final"] and run["sig"] else None
+    if entry is None or entry.sig is None or entry.sig[:4] != tuple(run["sig"][:4]):
+        return
+    try:
+        taken = _take(directory, name, entry.sig, None)
+        if taken is None:
+            return
+        try:
+            os.unlink(taken)
+        except OSError:
+            _put_back(taken, os.path.join(directory, name))
+            raise
+    except OSError as exc:
+        log.error("%s: it ran before the last harness died, but cannot be deleted (%s): it runs again",
+                  name, exc.strerror or exc)
+        return
+    log.info("%s: it ran before the last harness died, which had yet to delete it: deleted", name)
+    if run["type"] == "periodic":
+        record("ended", name, **fields, detail="its last occurrence has run")
+
+
 class _Systemd:
     """systemd's notify protocol (sd_notify(3)), spoken when the service
     manager sets NOTIFY_SOCKET: a datagram per message.  READY=1 once the
@@ -2095,7 +2197,7 @@ class _Systemd:
 
 
 # The journal and the run being performed on this thread (what its "end" record will
-# say), for the --exec supervisor to journal its command under: set by _Files.perform.
+# say), for the --exec supervisor to journal its command under: set by _Runs.perform.
 _running = threading.local()
 
 
@@ -2989,6 +3091,74 @@ def _log_error(event: Event, exc: BaseException) -> None:
     log.error("%s: handler failed: %s", event.filename, exc, exc_info=exc)
 
 
+class _Runs:
+    """Running an occurrence, on a worker thread: the one part of a file's
+    life that is not the writer's.  It touches no file's record: what a run
+    needs travels on its job, and a run that finished goes on ``finished``
+    for the writer to take in (``_Files.settle``)."""
+
+    def __init__(self, journal: _Journal, record: _Record, channels: _Channels, handler: Callable[[Event], object],
+                 on_error: Callable[[Event, BaseException], object], clock: Callable[[], float]) -> None:
+        self._journal = journal
+        self._record = record
+        self._channels = channels
+        self._handler = handler
+        self._on_error = on_error
+        self._clock = clock
+        self.finished: deque[_Job] = deque()  # appended by workers, taken in by the writer
+
+    def dropped(self, job: _Job) -> None:
+        """A job dropped from its queue as the watcher stops (any thread).  A
+        notice stays in the journal, for the next harness to send."""
+        if job.event is not None:
+            self._journal.fired(job, queued=False)
+            self._record("cancelled", job.event.filename, job.event, dueAt=job.due,
+                         detail="the harness stopped before it ran" +
+                                ("; it is sent at the next start" if job.event.type in _NOTICES and job.id else
+                                 "" if job.event.type in _NOTICES else "; the file stays"))
+
+    def perform(self, job: _Job) -> None:
+        """A worker runs one occurrence: the handler (on_error if it raised),
+        its journal records and history lines; its file is the writer's to
+        delete.  How late it runs is measured now, as it starts."""
+        event = job.occurrence
+        started = time.time()
+        if job.due is not None and (event.late is not None or self._clock() - job.due >= _LATE):
+            event = replace(event, late=max(0.0, self._clock() - job.due))
+        self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
+        run = {"id": job.id, "file": event.filename, "type": event.type, "channelId": event.channel_id,
+               "due": job.due, "sig": None if job.sig is None else list(job.sig), "final": job.final}
+        _running.journal, _running.run = self._journal, run  # for --exec, to journal its command under
+        try:
+            finished, error = self._execute(event)
+        finally:
+            _running.journal = _running.run = None
+        self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
+                     startedAt=started, finishedAt=time.time(), detail=error)
+        self._journal.write({"kind": "end", **run, "ran": finished, "by": "harness"})  # the history has it
+        if finished and job.final:
+            self.finished.append(job)
+
+    def _execute(self, event: Event) -> tuple[bool, str | None]:
+        """Run the handler; whatever it raises goes to on_error, never further.
+        Returns whether it ran to its end (not when cut short at shutdown:
+        then its file stays) and what went wrong, in one line, if anything."""
+        try:
+            self._channels.call(self._handler, event)
+        except _Interrupted as exc:
+            log.warning("%s: %s; its file stays", event.filename, exc)
+            return False, f"interrupted: {exc}"
+        except BaseException as exc:  # no worker ever dies
+            try:
+                self._channels.call(self._on_error, event, exc)
+            except _Interrupted:
+                pass
+            except BaseException as second:
+                log.error("%s: on_error raised: %s", event.filename, second, exc_info=second)
+            return True, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return True, None
+
+
 class _Files:
     """What the watcher knows of each event file and what becomes of it: it
     turns what the scanner saw into schedule entries (read, judged, retried,
@@ -2996,10 +3166,8 @@ class _Files:
     runs that finished into deleted files.
 
     One thread at a time changes it, the *writer*: the scheduler thread while
-    it runs, then the one that closes the watcher.  So it has no lock.  Only
-    ``perform`` runs on the workers: it runs the handler, writes the run's
-    history lines and reports the finished run through ``_finished``, which
-    the writer takes in (``settle``)."""
+    it runs, then the one that closes the watcher.  So it has no lock.  The
+    runs themselves are ``runs``' (``_Runs``), on the workers."""
 
     def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: _History | None,
                  handler: Callable[[Event], object], on_error: Callable[[Event, BaseException], object],
@@ -3011,14 +3179,11 @@ class _Files:
         self.schedule = _Schedule(self._known)
         self.history = history
         self.journal = _Journal(directory)
-        self._clock = clock
+        self.runs = _Runs(self.journal, self.record, channels, handler, on_error, clock)
         self._scanner = scanner
         self._channels = channels
-        self._handler = handler
-        self._on_error = on_error
         self._max_queued = max_queued
         self._notify = notify
-        self._finished: deque[_Job] = deque()  # appended by workers, taken in by the writer
 
     def apply(self, changes: _Changes, now: float, first_look: _Startup | None = None) -> None:
         """Act on what a scan found, each file on its own; ``first_look``: the
@@ -3066,98 +3231,16 @@ class _Files:
 
     def settle(self) -> None:
         """Take in the runs the workers finished: delete their files."""
-        while self._finished:
-            job = self._finished.popleft()
+        while self.runs.finished:
+            job = self.runs.finished.popleft()
             self._guarded(job.occurrence.filename, self._delete_after_run, job)
 
-    def recover(self) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]]]:
-        """Take over what the journal says the last harness left (at start-up,
-        before anything runs): stop what is left of the runs it cut short and
-        record them, delete the files of runs that ended, put back a file it
-        was deleting or renaming; then start the journal anew.  Returns the
-        periodic files' accounts, for the start-up's judge, and the notices
-        it did not send, to send once the directory has been judged."""
-        left = self.journal.left()
-        sessions = [record for record in left.open if record["kind"] == "run" and record.get("sid") is not None]
-        stopped = {run["id"]: self._stop_command(run, left) for run in sessions}
-        if stopped:
-            left = self.journal.left()  # what their shells journaled, of the commands that ended meanwhile
-        self._put_back_taken()
-        for run in left.cut:
-            self._cut_short(run, left.pid, stopped.get(run["id"]))
-        for run in left.ended:
-            self._ended(run)
-        notices = []
-        for notice in left.notices:  # one whose file is still there as it was is told again by its judge
-            path = os.path.join(self.directory, notice["file"])
-            if notice["sig"] is None or _stat_entry(path) != _Entry(tuple(notice["sig"])):
-                notices.append({**notice, "id": self.journal.next_id()})
-        carried = [record for version, account in left.accounts.items()
-                   for record in _account_records(version, account)]
-        self.journal.begin(carried + notices)
-        return left.accounts, notices
-
     def resend(self, notices: list[dict[str, Any]]) -> None:
-        """Queue the notices a harness that died did not send (``recover``)."""
+        """Queue the notices a harness that died did not send (``_recover``)."""
         for notice in notices:
             event = Event(**notice["event"])
             log.info("%s: sending the %s the last harness did not send", event.filename, _NOTICES[event.type])
             self._put(_Job(event.channel_id, event=event, id=notice["id"]))
-
-    def _put_back_taken(self) -> None:
-        """A file the last harness was deleting or renaming when it died is
-        under its private name still: give it its own back (unless a newer
-        file has it), to be judged as any other."""
-        try:
-            with os.scandir(self.directory) as entries:
-                taken = [entry.name for entry in entries if entry.name.endswith(_TAKEN) and entry.name.startswith(".")]
-        except OSError:  # the scan says what is wrong with the directory
-            return
-        for name in taken:
-            _put_back(os.path.join(self.directory, name), os.path.join(self.directory, name[1:].removesuffix(_TAKEN)))
-
-    @staticmethod
-    def _stop_command(run: dict[str, Any], left: _Left) -> int | None:
-        """Stop what is left of a cut run's command: how many processes, or
-        None when they are not this machine's to stop."""
-        if not left.machine or left.machine != _machine():
-            return None
-        return _stop_session(run["sid"], run["start"])
-
-    def _cut_short(self, run: dict[str, Any], pid: int | None, stopped: int | None) -> None:
-        """Record a run the last harness started and never ended."""
-        detail = f"cut short: the harness (process {pid}) died while it ran"
-        if run.get("sid") is not None and stopped is None:
-            detail += "; its command ran on another machine or in another container, which must stop it"
-        elif stopped:
-            detail += f"; stopped the {stopped} process{'es' if stopped > 1 else ''} its command left"
-        if run["type"] in _NOTICES:
-            detail += "; it is sent again"
-        elif run["type"] == "periodic":
-            detail += "; it counts as missed"
-        else:
-            detail += "; its file stays, so it runs again"
-        log.warning("%s: %s", run["file"], detail)
-        self._record("interrupted", run["file"], type=run["type"], channelId=run["channelId"], dueAt=run["due"],
-                     detail=detail)
-
-    def _ended(self, run: dict[str, Any]) -> None:
-        """A run that ended before the last harness died: record it if that
-        harness did not (its command's shell journaled the end), and delete
-        its file, if it goes and is still the file that ran."""
-        fields = {"type": run["type"], "channelId": run["channelId"], "dueAt": run["due"]}
-        if not run.get("recorded"):
-            status = run.get("status") or 0  # the shell's: 128 + N for signal N (see _WRAPPER)
-            failure = _failure(128 - status if status > 128 else status)
-            self._record("done" if failure is None else "failed", run["file"], **fields, detail=failure)
-        if not (run["ran"] and run["final"] and run["sig"]):
-            return
-        f = _File(run["file"], tuple(run["sig"]))
-        entry = _stat_entry(os.path.join(self.directory, f.name))
-        if entry is not None and entry.sig is not None and entry.sig[:4] == f.sig[:4] and self._delete(f, entry.sig):
-            log.info("%s: it ran before the last harness died, which had yet to delete it: deleted", f.name)
-            if run["type"] == "periodic":
-                self._record("ended", f.name, **fields, detail="its last occurrence has run")
 
     def _changed(self, name: str, sig: _Sig, now: float, first_look: _Startup | None = None) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
@@ -3195,7 +3278,7 @@ class _Files:
             f.event = None
             log.error("%s; leaving the file in place", exc)
             written = _as_written(data)
-            self._record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"),
+            self.record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"),
                          detail=exc.reason + "; the file stays")
             return
         except EventError as exc:
@@ -3257,7 +3340,7 @@ class _Files:
         else:
             log.error("%s: %s; renamed to %s", f.name, reason, rejected)
             self._gone(f.name)
-        self._record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"), detail=reason)
+        self.record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"), detail=reason)
         self._tell(notice)
 
     def _guarded(self, name: str, step: Callable[[*_Ts], None], *args: *_Ts) -> None:
@@ -3291,7 +3374,7 @@ class _Files:
             detail = (f"{count} occurrence{'s' if verdict.missed > 1 else ''} fell due while no harness was "
                       f"running{caught}")
             log.info("%s: %s", f.name, detail)
-            self._record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
+            self.record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
             self.journal.write({"kind": "counted", "file": f.name, "mtime": f.sig[3], "until": now})
         if verdict.action in ("schedule", "run") and (note := f.timing.note(now)) is not None:
             log.info("%s: %s", f.name, note)
@@ -3308,7 +3391,7 @@ class _Files:
             self._invalid(f, verdict.reason, data)
         else:
             log.info("%s: %s; deleting it without running", f.name, verdict.reason)
-            self._record(verdict.outcome, f.name, event, dueAt=verdict.due)
+            self.record(verdict.outcome, f.name, event, dueAt=verdict.due)
             notice = None
             if verdict.outcome == "missed":
                 # the judge's contract: only a first look misses, and what was missed was due
@@ -3344,14 +3427,14 @@ class _Files:
         if f.queued is not None and self._channels.merge(f.queued, final):  # that one is the last now, if final
             log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
                      f.name, event.channel_id)
-            self._record("coalesced", f.name, event, dueAt=due, detail="its previous occurrence is still waiting")
-            self._fired(job, queued=False)
+            self.record("coalesced", f.name, event, dueAt=due, detail="its previous occurrence is still waiting")
+            self.journal.fired(job, queued=False)
             return
         outcome = self._put(job)
         if outcome == "queued":
             f.queued = job
         elif outcome == "full" and final and self._delete(f) and event.type == "periodic":
-            self._record("ended", f.name, event, detail="its last occurrence was discarded: the queue was full")
+            self.record("ended", f.name, event, detail="its last occurrence was discarded: the queue was full")
 
     def _announce(self, f: _File, notice: Event | None) -> _Job | None:
         """A notice to the agent about one of its files (rejected, missed), on
@@ -3374,13 +3457,6 @@ class _Files:
         if notice is not None:
             self.journal.write({"kind": "end", "id": notice.id, "ran": False})
 
-    def _fired(self, job: _Job, queued: bool) -> None:
-        """Journal a periodic occurrence as queued, or as merged, discarded or
-        withdrawn (not missed, whatever becomes of the harness)."""
-        if job.occurrence.type == "periodic" and job.due is not None and job.sig is not None:
-            self.journal.write({"kind": "fire", "file": job.occurrence.filename, "mtime": job.sig[3],
-                                "due": job.due, "queued": queued})
-
     def _put(self, job: _Job) -> str:
         """Onto its channel's queue: "queued", "full" (discarded, and said
         so) or "closed" (the watcher stops: nothing is queued or recorded,
@@ -3388,16 +3464,16 @@ class _Files:
         event = job.occurrence
 
         def admitted() -> None:  # before the job can start: its run's records come after these
-            self._record("queued", event.filename, event, dueAt=job.due)
-            self._fired(job, queued=True)
+            self.record("queued", event.filename, event, dueAt=job.due)
+            self.journal.fired(job, queued=True)
 
         outcome = self._channels.put(job, admitted)
         if outcome == "full":
-            self._fired(job, queued=False)
+            self.journal.fired(job, queued=False)
             log.warning("%s: channel %s already has %d events waiting; discarding this %s",
                         event.filename, event.channel_id, self._max_queued,
                         _NOTICES.get(event.type, "occurrence"))
-            self._record("discarded", event.filename, event, dueAt=job.due,
+            self.record("discarded", event.filename, event, dueAt=job.due,
                          detail=f"{self._max_queued} events already waiting on the channel")
         return outcome
 
@@ -3407,9 +3483,9 @@ class _Files:
         due, queued = f.due, f.queued
         withdrawn = queued is not None and self._channels.withdraw(queued)
         if withdrawn and queued is not None:
-            self._fired(queued, queued=False)
+            self.journal.fired(queued, queued=False)
         if why and f.event is not None and (due is not None or withdrawn):
-            self._record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
+            self.record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
                          detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
         self.schedule.cancel(f)
         f.queued = None
@@ -3421,58 +3497,7 @@ class _Files:
         if f is not None:
             self._cancel(f, why)
 
-    # -- running an event, and deleting its file ---------------------------------
-
-    def dropped(self, job: _Job) -> None:
-        """A job dropped from its queue as the watcher stops (any thread).  A
-        notice stays in the journal, for the next harness to send."""
-        if job.event is not None:
-            self._fired(job, queued=False)
-            self._record("cancelled", job.event.filename, job.event, dueAt=job.due,
-                         detail="the harness stopped before it ran" +
-                                ("; it is sent at the next start" if job.event.type in _NOTICES and job.id else
-                                 "" if job.event.type in _NOTICES else "; the file stays"))
-
-    def perform(self, job: _Job) -> None:
-        """A worker runs one occurrence: the handler (on_error if it raised),
-        its journal records and history lines; its file is the writer's to
-        delete.  How late it runs is measured now, as it starts."""
-        event = job.occurrence
-        started = time.time()
-        if job.due is not None and (event.late is not None or self._clock() - job.due >= _LATE):
-            event = replace(event, late=max(0.0, self._clock() - job.due))
-        self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
-        run = {"id": job.id, "file": event.filename, "type": event.type, "channelId": event.channel_id,
-               "due": job.due, "sig": None if job.sig is None else list(job.sig), "final": job.final}
-        _running.journal, _running.run = self.journal, run  # for --exec, to journal its command under
-        try:
-            finished, error = self._execute(event)
-        finally:
-            _running.journal = _running.run = None
-        self._record("done" if error is None else "failed", event.filename, event, dueAt=job.due,
-                     startedAt=started, finishedAt=time.time(), detail=error)
-        self.journal.write({"kind": "end", **run, "ran": finished, "by": "harness"})  # the history has it
-        if finished and job.final:
-            self._finished.append(job)
-
-    def _execute(self, event: Event) -> tuple[bool, str | None]:
-        """Run the handler; whatever it raises goes to on_error, never further.
-        Returns whether it ran to its end (not when cut short at shutdown:
-        then its file stays) and what went wrong, in one line, if anything."""
-        try:
-            self._channels.call(self._handler, event)
-        except _Interrupted as exc:
-            log.warning("%s: %s; its file stays", event.filename, exc)
-            return False, f"interrupted: {exc}"
-        except BaseException as exc:  # no worker ever dies
-            try:
-                self._channels.call(self._on_error, event, exc)
-            except _Interrupted:
-                pass
-            except BaseException as second:
-                log.error("%s: on_error raised: %s", event.filename, second, exc_info=second)
-            return True, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        return True, None
+    # -- deleting a file once it has run ------------------------------------------
 
     def _delete_after_run(self, job: _Job) -> None:
         """An immediate, a one-shot or a periodic event's last occurrence is
@@ -3483,7 +3508,7 @@ class _Files:
         if f is not None and f is job.file and f.generation == job.generation:
             event = f.event
             if self._delete(f, job.sig, job.digest) and ran.type == "periodic":
-                self._record("ended", f.name, event, detail="its last occurrence has run")
+                self.record("ended", f.name, event, detail="its last occurrence has run")
 
     def _delete(self, f: _File, sig: _Sig | None = None, digest: int | None = None) -> bool:
         """Delete the file judged (``sig`` and ``digest``; by default, what
@@ -3523,7 +3548,7 @@ class _Files:
         self._forget(name, why)
         self._scanner.forget(name)
 
-    def _record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
+    def record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
         """History, if kept; costs one call when not (it runs on the firing path)."""
         if self.history is not None:
             self.history.record(outcome, filename, event, **fields)
@@ -3580,7 +3605,7 @@ class EventsWatcher:
         self._clock = clock
         self._needs_loop = _is_async(handler) or _is_async(on_error)
         self._scanner = _Scanner(self.events_dir, poll_interval, None if history is None else os.fspath(history))
-        self._channels = _Channels(lambda job: self._files.perform(job), max_queued, self._lost_loop)
+        self._channels = _Channels(lambda job: self._files.runs.perform(job), max_queued, self._lost_loop)
         self._channels.loop = loop
         if spawn is not None:
             self._channels.spawn(spawn)
@@ -3728,7 +3753,7 @@ class EventsWatcher:
         if down_since is None and waiting_since is not None:  # a standby for a harness that leaves no trace
             grace = max(grace, _TAKEOVER_GRACE)
         stale_before = waiting_since if down_since is None and waiting_since is not None else now
-        accounts, notices = self._files.recover()  # before anything runs
+        accounts, notices = _recover(self.events_dir, self._files.journal, self._files.record)  # before anything runs
         self._first_look = _Startup(now, down_since, stale_before, grace, last_alive, accounts)
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
@@ -3852,7 +3877,7 @@ class EventsWatcher:
             self._stopping = True
             self._wake.set()
             for job in self._channels.close():
-                self._files.dropped(job)
+                self._files.runs.dropped(job)
             if self._closer is None:
                 self._closer = threading.Thread(target=self._close, name="mom_events-closer", daemon=True)
                 self._closer.start()

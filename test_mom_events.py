@@ -2936,14 +2936,14 @@ class QueueTest(unittest.TestCase):
         h.start()
         h.now += 10
         h.step(h.now)  # the first occurrence waits: its worker is held
-        record = h.w._files._record
+        record = h.w._files.record
 
         def worker_takes_it_meanwhile(outcome, *args, **kwargs):
             record(outcome, *args, **kwargs)
             if outcome == "coalesced":  # between the check and the flag, on today's main
                 h.workers.pop(0)()
 
-        with mock.patch.object(h.w._files, "_record", worker_takes_it_meanwhile):
+        with mock.patch.object(h.w._files, "record", worker_takes_it_meanwhile):
             h.now += 10
             h.step(h.now)  # the last one: merged into the waiting one
         h.step(h.now)
