@@ -2912,22 +2912,20 @@ def _iso(timestamp: float | None, timespec: str = "milliseconds") -> str | None:
 
 
 class _History:
-    """Appends one JSON object per line to a file.  Each line is one
-    ``write`` (more only after a short one) on an ``O_APPEND`` descriptor,
-    under a lock, so lines never interleave; a file
-    renamed away (logrotate) is followed to the new one at the path, and one
-    truncated in place (``copytruncate``) is appended to at its new end.  A
-    history that cannot be written is logged once and never stops events.
-    Every line parses (jq and pandas stop at one that does not): a short
-    write (a full disk, a file size limit) is followed by the rest, or else
-    rolled back, and a cut line found at the end of the file when it is
-    opened (a harness died mid-write) is cut off."""
+    """Appends one JSON object per line to a file, opened for each line, so
+    that a file renamed away (logrotate) or truncated in place
+    (``copytruncate``) is simply the file at the path next time.  Each line
+    is one ``write`` (more only after a short one) on an ``O_APPEND``
+    descriptor, under a lock, so lines never interleave.  A history that
+    cannot be written is logged once and never stops events.  Every line
+    parses (jq and pandas stop at one that does not): a short write (a full
+    disk, a file size limit) is followed by the rest, or else rolled back,
+    and a cut line at the end of the file (a harness died mid-write) is cut
+    off before the next line is written."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
-        self._fd: int | None = None
-        self._id: _DirId | None = None  # the file's (device, inode)
         self._broken = False
 
     def record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
@@ -2945,12 +2943,12 @@ class _History:
             return
         with self._lock:
             try:
-                fd = self._fd
-                if fd is None or self._rotated():
-                    fd = self._open()
-                self._append(fd, data)
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)  # event texts
+                try:
+                    self._append(fd, self._cut_last_line(fd, os.fstat(fd).st_size), data)
+                finally:
+                    os.close(fd)
             except OSError as exc:
-                self._close()
                 if not self._broken:
                     log.error("cannot write the history %s (%s); events go on without it",
                               self.path, exc.strerror or exc)
@@ -2960,11 +2958,11 @@ class _History:
                 log.warning("the history %s is written again", self.path)
                 self._broken = False
 
-    def _append(self, fd: int, line: bytes) -> None:
-        """Write all of ``line``, or none of it: what a failed write left is
-        cut back off.  A failure closes the file, and opening it again cuts
-        off what could not be cut now."""
-        size = os.fstat(fd).st_size
+    @staticmethod
+    def _append(fd: int, size: int, line: bytes) -> None:
+        """Write all of ``line`` after ``size`` bytes, or none of it: what a
+        failed write left is cut back off (or, if that fails too, at the next
+        line's ``_cut_last_line``)."""
         rest = memoryview(line)
         try:
             while rest:
@@ -2980,29 +2978,14 @@ class _History:
                 pass
             raise
 
-    def _rotated(self) -> bool:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return True
-        return (st.st_dev, st.st_ino) != self._id
-
-    def _open(self) -> int:
-        self._close()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)  # it holds event texts
-        st = os.fstat(fd)
-        self._fd, self._id = fd, (st.st_dev, st.st_ino)
-        self._cut_last_line(fd, st.st_size)
-        return fd
-
-    def _cut_last_line(self, fd: int, size: int) -> None:
-        """Make the file end in a newline: a last line that lacks only its
-        newline gets one; a cut line (a harness died writing it, or a failed
-        write could not be cut back) is cut off.  A file whose end cannot be
-        read is taken as whole."""
+    def _cut_last_line(self, fd: int, size: int) -> int:
+        """Make the file end in a newline; returns its size then.  A last
+        line that lacks only its newline gets one; a cut line (a harness
+        died writing it, or a failed write could not be cut back) is cut
+        off.  A file whose end cannot be read is taken as whole."""
         try:
             if not size or os.pread(fd, 1, size - 1) == b"\n":
-                return
+                return size
             keep = size - 1
             while keep:
                 start = max(0, keep - (1 << 16))
@@ -3018,22 +3001,13 @@ class _History:
                 whole = False
             if whole:
                 os.write(fd, b"\n")
-                return
+                return size + 1
             os.ftruncate(fd, keep)
         except OSError:
-            return
+            return size
         log.warning("the history %s ended in a cut line (a failed write, or a harness that died writing it): "
                     "cut off its last %d bytes", self.path, size - keep)
-
-    def close(self) -> None:
-        """Let the file go (a later record opens it again)."""
-        with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        return keep
 
 
 def _last_outcomes(path: str, limit: int = 8 << 20) -> dict[str, dict[str, object]]:
@@ -3891,8 +3865,6 @@ class EventsWatcher:
             self._thread.join()
         self._channels.wait(None)
         self._files.settle()
-        if self._files.history is not None:
-            self._files.history.close()
         self._files.journal.close()
         self._scanner.release(self._clock())
         self.active = False
