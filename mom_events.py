@@ -36,6 +36,7 @@ if sys.platform == "win32":  # fcntl, /bin/sh, process groups and sessions
     raise ImportError("mom_events needs a POSIX system (fcntl, /bin/sh, process groups); it does not run on Windows")
 
 import argparse
+import binascii
 import fcntl
 import heapq
 import importlib
@@ -87,9 +88,11 @@ _MAX_LENGTH = {"channelId": 255, "schedule": 1000, "timezone": 64}
 _MAX_NAME = 255
 
 # git's "racy timestamp" problem: a file (or directory) looked at less than
-# one timestamp tick after its mtime may change again within that tick without
-# its stat changing, so it is looked at again on the next scan until it is
-# older.  Filesystems that stamp whole seconds (FAT every 2 s, ext3, HFS+) get
+# one timestamp tick after it was changed may change again within that tick
+# without its stat changing, so it is looked at again on the next scan until
+# that is older.  A file's change is its ctime, which every write sets to the
+# clock's now (an mtime can be set to any time: touch -d, cp -p); a
+# directory's, its mtime.  Filesystems that stamp whole seconds (FAT every 2 s, ext3, HFS+) get
 # the coarsest tick; the others stamp from the kernel's coarse clock, a few ms
 # per tick, and get a generous 50 ms.
 _TICK_NS = 2_000_000_000
@@ -127,7 +130,9 @@ _LEAD = 0.001
 # work before it goes.  While channels wait and every worker's callback has
 # run longer than _SPAWN_AFTER (an agent's run takes seconds), one more worker
 # starts; quick callbacks, as in a burst of events, need no more threads (on
-# the GIL, more threads would only make them slower).
+# the GIL, more threads would only make them slower: 10,000 one-shots due in
+# one second on 2,000 channels all ran within 0.50 s, and within 1.17 s without
+# the wait, measured side by side).
 _LINGER = 2.0
 _SPAWN_AFTER = 0.02
 
@@ -1310,7 +1315,7 @@ def _judge(event: Event, timing: _Timing, mtime_ns: int, now: float, startup: _S
         return _Verdict("run")
     mtime = mtime_ns / 1e9
     if isinstance(timing, _Periodic):
-        due = timing.next_after(now, mtime)
+        due = timing.next_after(now - 1e-6, mtime)  # one due at ``now`` itself (to datetime's µs) is not missed
         if math.isinf(due) and math.isinf(timing.next_after(mtime, mtime)):  # as a one-shot's past "at" is
             return _Verdict("reject", reason=_no_run_left(event, now))
         missed, latest = 0, None
@@ -1463,10 +1468,10 @@ def _stat_entry(path: str) -> _Entry | None:
     return _Entry(None, _describe(st.st_mode))
 
 
-def _is_racy(seen_ns: int, mtime_ns: int) -> bool:
-    """Was it looked at too soon after its mtime to trust its stat?"""
-    tick = _TICK_NS if mtime_ns % 1_000_000_000 == 0 else _FINE_TICK_NS
-    return seen_ns - mtime_ns < tick
+def _is_racy(seen_ns: int, changed_ns: int) -> bool:
+    """Was it looked at too soon after it was changed to trust its stat?"""
+    tick = _TICK_NS if changed_ns % 1_000_000_000 == 0 else _FINE_TICK_NS
+    return seen_ns - changed_ns < tick
 
 
 def _list(directory: str, own: frozenset[str] = frozenset()) -> dict[str, int]:
@@ -1562,9 +1567,10 @@ def _read_file(path: str) -> tuple[bytes, _Sig]:
 
 
 def _digest(data: bytes) -> int:
-    """What a content was, to notice a change under an unchanged stat:
-    Python's own 64-bit SipHash, which needs no import (hashlib costs 4 MB)."""
-    return hash(data)
+    """What a content was, to notice a change under an unchanged stat, the
+    same in every process (a run's is journaled): CRC-32, from binascii
+    (hashlib costs 4 MB; Python's own hash is seeded anew in each process)."""
+    return binascii.crc32(data)
 
 
 _TAKEN = ".mom_events-taken"  # the end of the private name a file is moved to, to delete or rename it
@@ -1583,7 +1589,7 @@ def _take(directory: str, name: str, sig: _Sig, digest: int | None) -> str | Non
     taken = os.path.join(directory, f".{name}{_TAKEN}")
     try:
         st = os.stat(path)
-        if _signature(st) != sig or (_is_racy(time.time_ns(), st.st_mtime_ns)
+        if _signature(st) != sig or (_is_racy(time.time_ns(), st.st_ctime_ns)
                                      and _digest(_read_file(path)[0]) != digest):
             return None
         os.rename(path, taken)
@@ -2008,8 +2014,8 @@ class _Journal:
         """Journal a periodic occurrence as queued, or as merged, discarded or
         withdrawn (not missed, whatever becomes of the harness)."""
         if job.occurrence.type == "periodic" and job.due is not None and job.sig is not None:
-            self.write({"kind": "fire", "file": job.occurrence.filename, "mtime": job.sig[3],
-                                "due": job.due, "queued": queued})
+            self.write({"kind": "fire", "file": job.occurrence.filename, "mtime": job.sig[3], "due": job.due,
+                        "queued": queued})
 
     def compact(self) -> None:
         """Rewrite the file with only what is still open, once it has grown
@@ -2093,9 +2099,9 @@ def _recover(directory: str, journal: _Journal,
     for run in left.ended:
         _settle_ended(directory, run, record)
     notices = []
-    for notice in left.notices:  # one whose file is still there as it was is told again by its judge
-        path = os.path.join(directory, notice["file"])
-        if notice["sig"] is None or _stat_entry(path) != _Entry(tuple(notice["sig"])):
+    for notice in left.notices:  # one whose file is still there (put back, maybe) is told again by its judge
+        entry = _stat_entry(os.path.join(directory, notice["file"]))
+        if notice["sig"] is None or entry is None or entry.sig is None or entry.sig[:4] != tuple(notice["sig"][:4]):
             notices.append({**notice, "id": journal.next_id()})
     carried = [record for version, account in left.accounts.items() for record in _account_records(version, account)]
     journal.begin(carried + notices)
@@ -2140,12 +2146,19 @@ def _settle_ended(directory: str, run: dict[str, Any], record: _Record) -> None:
         status = run.get("status") or 0  # the shell's: 128 + N for signal N (see _WRAPPER)
         failure = _failure(128 - status if status > 128 else status)
         record("done" if failure is None else "failed", run["file"], **fields, detail=failure)
+    if not (run["ran"] and run["final"] and run["sig"]):
+        return
     name = run["file"]
-    entry = _stat_entry(os.path.join(directory, name)) if run["ran"] and run["final"] and run["sig"] else None
-    if entry is None or entry.sig is None or entry.sig[:4] != tuple(run["sig"][:4]):
+    try:
+        data, sig = _read_file(os.path.join(directory, name))
+    except (OSError, _NotRegular):
+        return  # gone, or no longer a file: the scan says so
+    digest = _digest(data)
+    # the file that ran, unless written again since (a put-back changed its ctime: the rest must be the same)
+    if sig[:4] != tuple(run["sig"][:4]) or run.get("digest", digest) != digest:
         return
     try:
-        taken = _take(directory, name, entry.sig, None)
+        taken = _take(directory, name, sig, digest)
         if taken is None:
             return
         try:
@@ -2295,8 +2308,9 @@ class _Scanner:
         when its mtime says no name was created, deleted or renamed; a listing
         (and a stat of each new or replaced name) when it does, or when that
         mtime is too recent to trust; and a self-paced sweep of per-file stats
-        for rewrites in place.  None: nothing changed, or the directory cannot be looked at now.  Raises EventError
-        when the directory was made anew and another harness holds it."""
+        for rewrites in place.  None: nothing changed, or the directory cannot
+        be looked at now.  Raises EventError when the directory was made anew
+        and another harness holds it."""
         if self._forgotten:  # nothing may be left of them: a name left in the sweep's list is stat'ed for ever
             forgotten = set()
             while self._forgotten:
@@ -3101,7 +3115,8 @@ class _Runs:
             event = replace(event, late=max(0.0, self._clock() - job.due))
         self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
         run = {"id": job.id, "file": event.filename, "type": event.type, "channelId": event.channel_id,
-               "due": job.due, "sig": None if job.sig is None else list(job.sig), "final": job.final}
+               "due": job.due, "sig": None if job.sig is None else list(job.sig), "digest": job.digest,
+               "final": job.final}
         _running.journal, _running.run = self._journal, run  # for --exec, to journal its command under
         try:
             finished, error = self._execute(event)
@@ -3184,7 +3199,7 @@ class _Files:
             if _digest(data) != f.digest:
                 log.debug("%s: content changed under an unchanged stat", f.name)
                 self._guarded(f.name, self._changed, f.name, f.sig, now, first_look)
-            elif not _is_racy(read_ns, f.sig[3]):
+            elif not _is_racy(read_ns, f.sig[4]):
                 del self._racy[f.name]
 
     def run_due(self, now: float) -> None:
@@ -3242,7 +3257,7 @@ class _Files:
             f.attempts = 0  # the writer is still at work (even if only to truncate): the retries start over
         f.spent = False
         f.sig, f.digest = sig, digest
-        if _is_racy(read_ns, sig[3]):
+        if _is_racy(read_ns, sig[4]):
             self._racy[f.name] = f
         else:
             self._racy.pop(f.name, None)
@@ -3253,7 +3268,7 @@ class _Files:
             log.error("%s; leaving the file in place", exc)
             written = _as_written(data)
             self.record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"),
-                         detail=exc.reason + "; the file stays")
+                        detail=exc.reason + "; the file stays")
             return
         except EventError as exc:
             f.event = None
@@ -3448,7 +3463,7 @@ class _Files:
                         event.filename, event.channel_id, self._max_queued,
                         _NOTICES.get(event.type, "occurrence"))
             self.record("discarded", event.filename, event, dueAt=job.due,
-                         detail=f"{self._max_queued} events already waiting on the channel")
+                        detail=f"{self._max_queued} events already waiting on the channel")
         return outcome
 
     def _cancel(self, f: _File, why: str | None = None) -> None:
@@ -3460,7 +3475,7 @@ class _Files:
             self.journal.fired(queued, queued=False)
         if why and f.event is not None and (due is not None or withdrawn):
             self.record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
-                         detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
+                        detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
         self.schedule.cancel(f)
         f.queued = None
 
@@ -3477,9 +3492,8 @@ class _Files:
         """An immediate, a one-shot or a periodic event's last occurrence is
         deleted once it ran, unless the file changed meanwhile: then its new
         content is a new event."""
-        ran = job.occurrence
-        f = self._known.get(ran.filename)
-        if f is not None and f is job.file and f.generation == job.generation:
+        ran, f = job.occurrence, job.file
+        if f is not None and f.generation == job.generation:  # a record forgotten was cancelled too
             event = f.event
             if self._delete(f, job.sig, job.digest) and ran.type == "periodic":
                 self.record("ended", f.name, event, detail="its last occurrence has run")

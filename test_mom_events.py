@@ -88,8 +88,11 @@ def hold(workers):
 class Harness:
     """A watcher on a temporary directory, driven by hand on simulated time."""
 
-    def __init__(self, test, now=None, handler=None, directory=None, **kwargs):
+    def __init__(self, test, now=None, handler=None, directory=None, history_name=None, **kwargs):
+        """``history_name``: a history kept in the directory, under that name."""
         self.dir = temp_dir(test, "mom_events_test_") if directory is None else directory
+        if history_name is not None:
+            kwargs["history"] = self.dir / history_name
         self.now = float(int(time.time())) if now is None else now
         self.fired = []
         self.errors = []
@@ -142,14 +145,16 @@ class Harness:
 
     def advance(self, seconds):
         """Move time forward, waking when each step says, like the real loop."""
-        end = self.now + seconds
-        upcoming = self.step(self.now)
-        while upcoming is not None and upcoming <= end:
-            self.now = max(upcoming, self.now)
-            upcoming = self.step(self.now)
-            if self.workers:
+        end, now = self.now + seconds, self.now
+        while True:
+            self.now = now
+            upcoming = self.step(now)
+            if self.workers:  # what fired runs now, as on the real thread
                 self.run_workers()
-                upcoming = self.step(self.now)
+                upcoming = self.step(now)
+            if upcoming is None or upcoming > end:
+                break
+            now = max(upcoming, now)
         self.tick(end)
 
     def startup(self, trace, waiting_since=None):
@@ -1098,12 +1103,12 @@ class LanguageTest(unittest.TestCase):
         self.assertTrue(lines["typo.json"][1].endswith('; unknown field "endsAt" is ignored'))
         self.assertIn("runs on days matching either field", lines["either.json"][1])
         self.assertNotIn("either field", lines["typo.json"][1])
-        self.assertTrue(lines["every.json"][1].endswith(
-            "; next 2027-03-01T02:30:00+01:00 (in 1 hour 30 minutes), 2027-03-01T04:00:00+01:00 (the last)"),
-            lines["every.json"])
+        self.assertTrue(lines["every.json"][1].endswith(  # its start is now: that run is due now
+            "; next 2027-03-01T01:00:00+01:00 (in less than a second), 2027-03-01T02:30:00+01:00, "
+            "2027-03-01T04:00:00+01:00 (the last)"), lines["every.json"])
         (d / "once.json").write_text(json.dumps({**files["every.json"], "until": "2027-03-01T01:30:00Z"}))
-        self.assertTrue(mom_events._check_line(str(d / "once.json"), "once.json", now, VIENNA)[1].endswith(
-            "; next 2027-03-01T02:30:00+01:00 (in 1 hour 30 minutes, the last)"))
+        self.assertTrue(mom_events._check_line(str(d / "once.json"), "once.json", now + 1, VIENNA)[1].endswith(
+            "; next 2027-03-01T02:30:00+01:00 (in 1 hour 29 minutes 59 seconds, the last)"))
 
     def test_an_interval_keeps_its_phase_across_a_restart_and_a_rewrite_starts_anew(self):
         h = Harness(self)
@@ -1124,8 +1129,7 @@ class LanguageTest(unittest.TestCase):
         self.assertEqual(h.due("build.json"), h.now + 5400)
 
     def test_until_ends_it_and_start_begins_it(self):
-        h = Harness(self, now=utc(2027, 3, 1, 8, 59, 0).timestamp(), history=None)
-        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h = Harness(self, now=utc(2027, 3, 1, 8, 59, 0).timestamp(), history_name=".history.jsonl")
         h.write("mon.json", {**periodic("0 9 * * *", text="daily"), "start": "2027-03-03T00:00:00Z",
                              "until": "2027-03-04T09:00:00Z"})
         h.write("done.json", {**periodic("0 9 * * *", text="over"), "until": "2027-02-01T00:00:00Z"})
@@ -1180,8 +1184,7 @@ class LanguageTest(unittest.TestCase):
     def test_a_last_occurrence_coalesced_or_discarded_still_ends_the_file(self):
         for full in (False, True):
             with self.subTest(full=full):
-                h = Harness(self, history=None)
-                h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+                h = Harness(self, history_name=".history.jsonl")
                 h.start()
                 held = []
                 h.w._channels._spawn = hold(held)  # the channel stays busy: occurrences wait
@@ -1207,8 +1210,7 @@ class LanguageTest(unittest.TestCase):
                                   "its last occurrence has run"), records)
 
     def test_catch_up_with_until_runs_the_last_missed_occurrence(self):
-        h = Harness(self, now=utc(2027, 3, 1, 12).timestamp(), history=None)
-        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h = Harness(self, now=utc(2027, 3, 1, 12).timestamp(), history_name=".history.jsonl")
         h.write("p.json", {**periodic("0 * * * *", text="hourly"), "catchUp": True,
                            "until": "2027-03-01T11:30:00Z"})
         with self.assertLogs("mom_events", "INFO"):
@@ -2345,8 +2347,7 @@ class PeriodicTest(unittest.TestCase):
     def test_without_croniter_the_file_stays_with_one_error(self):
         mom_events._compile_cron.cache_clear()
         self.addCleanup(mom_events._compile_cron.cache_clear)
-        h = Harness(self, history=None)
-        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h = Harness(self, history_name=".history.jsonl")
         h.write("p.json", periodic())
         h.write("i.json", immediate(text="still works"))
         with mock.patch.dict(sys.modules, {"croniter": None}), self.assertLogs("mom_events") as logs:
@@ -2482,7 +2483,7 @@ class DueInTheMessageTest(unittest.TestCase):
             messages.setdefault(event.filename, event.message)
         self.assertEqual(messages["hook.json"], "[EVENT:hook.json:immediate] hook")
         self.assertEqual(messages["every.json"],
-                         "[EVENT:every.json:periodic:every 30m] (due 2027-03-14T09:30:00-04:00) tick")
+                         "[EVENT:every.json:periodic:every 30m] (due 2027-03-14T09:00:00-04:00) tick")  # its start
         self.assertEqual(messages["once.json"], "[EVENT:once.json:one-shot:2027-03-14T13:30:00+00:00] "
                                                 "(due 2027-03-14T13:30:00+00:00) once")
         self.assertEqual(messages["wall.json"], "[EVENT:wall.json:one-shot:2027-03-15T09:30:00] "
@@ -2654,8 +2655,7 @@ class DowntimeTest(unittest.TestCase):
                       "\n".join(logs.output))
 
     def test_one_shots_due_before_the_window_or_just_before_the_start_run_late_the_rest_are_missed(self):
-        h = self.harness(600, history=None)
-        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h = self.harness(600, history_name=".history.jsonl")
         old = h.now - 86400 * 700  # each written before its time
         h.write("hung.json", one_shot(h.down_since - 30, text="hung"), mtime=old)  # due while the old one hung
         h.write("grace.json", one_shot(h.now - 4, text="grace"), mtime=old)        # the takeover grace: 5 s
@@ -2775,8 +2775,9 @@ class DowntimeTest(unittest.TestCase):
         self.assertIn("INFO:mom_events:once.json: 1 occurrence fell due while no harness was running", logs.output)
         self.assertIn("fast.json: 10 occurrences fell due while no harness was running; running the latest now",
                       "\n".join(logs.output))
-        h.advance(1)  # then on schedule, both
-        self.assertEqual(sorted(e.filename for _, e in h.fired[1:]), ["fast.json", "slow.json"])
+        h.advance(1)  # then on schedule, both, and once.json's 09:00:00, due as it started
+        self.assertEqual(sorted(e.filename for _, e in h.fired[1:]), ["fast.json", "fast.json", "once.json",
+                                                                       "slow.json", "slow.json"])
 
     def test_catch_up_counts_many_missed_occurrences_quickly(self):
         h = self.harness(86400 * 3)
@@ -3039,26 +3040,24 @@ class ScannerPartTest(unittest.TestCase):
 
     def test_content_read_too_soon_is_compared_until_it_is_old_enough_and_then_left_alone(self):
         """git's racy rule, where only a read can tell: the stat does not
-        change (the scanner is told it saw the new one already)."""
+        change (as within one tick of a coarse clock; here the scanner is
+        told it saw the new stat already)."""
         h = Harness(self)
         path = h.write("a.json", one_shot(h.now + 3600, text="AAAA"))
-        second = (time.time_ns() // 10**9 + 30) * 10**9
-        os.utime(path, ns=(second, second))  # a whole second (coarse: trusted 2 s after it), and ahead
-        h.start()
-        with mock.patch.object(mom_events, "_parse", side_effect=AssertionError("parsed again")):
-            h.tick(h.now + 0.1)  # the same content, still too recent: compared again, no more
-        path.write_text(json.dumps(one_shot(h.now + 3600, text="BBBB")))
-        os.utime(path, ns=(second, second))
-        h.w._scanner._snapshot["a.json"] = mom_events._stat_entry(str(path))
-        with self.assertLogs("mom_events", "DEBUG") as logs:
-            h.tick(h.now + 0.1)
-        self.assertIn("DEBUG:mom_events:a.json: content changed under an unchanged stat", logs.output)
-        with mock.patch.object(mom_events, "_read_file", side_effect=FileNotFoundError(2, "gone")), \
-                self.assertNoLogs("mom_events", "WARNING"):
-            h.tick(h.now + 0.1)  # cannot be read now: the next scan says what it is
-        written = time.time_ns() - 1_500_000_001  # a fine timestamp, 1.5 s ago: trusted after 50 ms
-        os.utime(path, ns=(written, written))
-        h.tick(h.now + 0.1)  # read once more, for its stat changed: old enough now
+        with mock.patch.object(mom_events, "_FINE_TICK_NS", 10**10):  # 10 s, for the test: too soon to trust
+            h.start()
+            with mock.patch.object(mom_events, "_parse", side_effect=AssertionError("parsed again")):
+                h.tick(h.now + 0.1)  # the same content, still too recent: compared again, no more
+            path.write_text(json.dumps(one_shot(h.now + 3600, text="BBBB")))
+            h.w._scanner._snapshot["a.json"] = mom_events._stat_entry(str(path))
+            with self.assertLogs("mom_events", "DEBUG") as logs:
+                h.tick(h.now + 0.1)
+            self.assertIn("DEBUG:mom_events:a.json: content changed under an unchanged stat", logs.output)
+            with mock.patch.object(mom_events, "_read_file", side_effect=FileNotFoundError(2, "gone")), \
+                    self.assertNoLogs("mom_events", "WARNING"):
+                h.tick(h.now + 0.1)  # cannot be read now: the next scan says what it is
+        time.sleep(0.06)
+        h.tick(h.now + 0.1)  # compared once more: the same, and old enough now
         with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
             for _ in range(5):
                 h.tick(h.now + 0.1)
@@ -3225,22 +3224,41 @@ class ChangeTest(unittest.TestCase):
         h.advance(60)
         self.assertEqual(h.texts(), ["BBBB"])
 
-    def test_old_content_is_trusted_and_not_read_again(self):
+    def test_content_written_a_tick_before_it_was_read_is_trusted_and_not_read_again(self):
         h = Harness(self)
-        h.write("p.json", periodic(), mtime=time.time() - 60)
+        h.write("p.json", periodic())
+        time.sleep(0.06)  # 50 ms: the tick of a filesystem that stamps finer than seconds
         h.start()
-        self.assertNotIn("p.json", h.w._files._racy)
+        with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
+            h.tick(h.now + 0.1)
+        self.assertEqual(h.w.scheduled_count(), 1)
+
+    def test_new_content_stays_under_watch_until_its_last_write_is_a_tick_old(self):
+        h = Harness(self)
+        h.write("p.json", periodic())
+        with mock.patch.object(mom_events, "_FINE_TICK_NS", 10**10):  # 10 s, for the test: it is read too soon
+            h.start()
+            for _ in range(3):
+                reads = mock.Mock(wraps=mom_events._read_file)
+                with mock.patch.object(mom_events, "_read_file", reads):
+                    h.tick(h.now + 0.1)
+                self.assertEqual(reads.call_count, 1)  # read again, though its stat did not change
+        time.sleep(0.06)
+        h.tick(h.now + 0.1)  # read once more: old enough now
         with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
             h.tick(h.now + 0.1)
 
-    def test_new_content_stays_under_watch_until_its_mtime_is_old(self):
+    def test_a_file_whose_mtime_is_ahead_is_not_read_again_and_again(self):
+        """Found by the adversarial pass of issue 32: the racy rule read on
+        the mtime, so 2,000 files dated tomorrow (``touch -d``, ``cp -p``)
+        were read at every poll, a day long: 3 s of CPU in 10."""
         h = Harness(self)
-        h.write("p.json", periodic())
+        tomorrow = time.time() + 86400
+        h.write("p.json", periodic(), mtime=tomorrow)
+        time.sleep(0.06)
         h.start()
-        self.assertIn("p.json", h.w._files._racy)
-        os.utime(h.dir / "p.json", (time.time() - 60, time.time() - 60))
-        h.tick(h.now + 0.1)  # the signature changed: read again, now old enough to trust
-        self.assertNotIn("p.json", h.w._files._racy)
+        with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
+            h.tick(h.now + 0.1)
 
     def test_touch_keeps_the_same_schedule(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 30).timestamp())
@@ -3509,8 +3527,7 @@ class MidWriteTest(unittest.TestCase):
         h.tick(h.now + 0.1)
         with open(h.dir / "w.json", "a") as file:
             file.write(whole[20:])
-        past = time.time() - 10
-        os.utime(h.dir / "w.json", (past, past))  # the retry finds it settled
+        time.sleep(0.06)  # the retry finds it settled: written a tick before (50 ms, on this filesystem)
         h.step(h.now + 0.1)
         with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
             for _ in range(3):
@@ -3592,8 +3609,7 @@ class MidWriteTest(unittest.TestCase):
         self.assertEqual(h.w._files._known["w.json"].attempts, 1)
 
     def test_the_invalid_line_names_the_type_and_channel_the_file_gives(self):
-        h = Harness(self, history=None)
-        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h = Harness(self, history_name=".history.jsonl")
         h.start()
         h.write("bad.json", {"type": "one-shot", "channelId": "C7", "text": "x", "at": "tomorrow"})
         with self.assertLogs("mom_events", "ERROR"):
@@ -4436,6 +4452,30 @@ class CrashTest(unittest.TestCase):
                       "\n".join(logs.output))
         self.assertEqual(self.outcomes("dentist.json"), ["queued", "started", "done"])
 
+    def test_the_file_that_ran_before_the_kill_is_known_by_its_content(self):
+        """Found by the adversarial pass of issue 32: the next harness knew
+        the file that ran by its stat alone, so one read too soon to trust
+        (within a tick of its last write: a whole-second filesystem's 2 s) was
+        never deleted and ran twice, and one rewritten in place since, its
+        size and mtime kept (``cp -p``), was deleted without its new text
+        ever running."""
+        for rewritten in (False, True):
+            with self.subTest(rewritten=rewritten):
+                h = self.harness()
+                path = h.write("x.json", immediate(text="AAAA"))
+                h.w.start(thread=False)
+                h.workers.pop(0)()  # it ran; killed before the scheduler's next step deleted the file
+                self.assertEqual((h.texts(), h.exists("x.json")), (["AAAA"], True))
+                if rewritten:
+                    before = path.stat()
+                    path.write_text(json.dumps(immediate(text="BBBB")))
+                    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+                with mock.patch.object(mom_events, "_FINE_TICK_NS", 10**10):  # too soon to trust, for the test
+                    after = self.successor(h, h.now + 3, last_beat=h.now - 0.4)
+                    after.tick(after.now + 0.1)
+                self.assertEqual(after.texts(), ["BBBB"] if rewritten else [])
+                self.assertFalse(h.exists("x.json"))
+
     def test_a_run_cut_short_by_the_kill_is_recorded_and_its_file_runs_again(self):
         h = self.harness()
         h.write("hook.json", immediate(text="hook"))
@@ -4493,7 +4533,7 @@ class CrashTest(unittest.TestCase):
         lock's trace as it was, so the next one sees the same window."""
         for started in (True, False):
             with self.subTest(the_catch_up_started=started):
-                h = self.harness()
+                h = self.harness(now=utc(2026, 1, 1, 9, 0, 5).timestamp())  # not itself an occurrence: see below
                 h.write("p.json", {**periodic("*/10 * * * * *", text="tick"), "catchUp": True}, mtime=h.now - 600)
                 trace = (h.now - 60, True)  # stopped a minute ago: 6 occurrences missed
                 with self.assertLogs("mom_events", "INFO"):
@@ -4510,6 +4550,19 @@ class CrashTest(unittest.TestCase):
                 self.assertEqual(missed[1:], [] if started else [
                     "1 occurrence fell due while no harness was running; running the latest now, late (catchUp)"])
                 self.history.unlink()
+
+    def test_an_occurrence_due_at_the_start_up_instant_itself_runs_and_is_not_missed(self):
+        """Found by the test above, on a whole-second clock that met an
+        occurrence: the start-up counted those before its instant as missed
+        and scheduled the first after it, so the one at it never ran."""
+        h = self.harness(now=utc(2026, 1, 1, 9, 0, 10).timestamp())
+        h.write("p.json", periodic("*/10 * * * * *", text="tick"), mtime=h.now - 600)
+        with self.assertLogs("mom_events", "INFO"):
+            h.startup((h.now - 60, True))  # 09:00:00 to 09:00:10: 09:00:00 is missed, 09:00:10 is not
+        h.advance(0)
+        self.assertEqual([at for at, _ in h.fired], [h.now])
+        self.assertEqual([r["detail"] for r in read_history(self.history) if r["outcome"] == "missed"],
+                         ["6 occurrences fell due while no harness was running"])
 
     def test_a_missed_notice_is_sent_though_the_harness_dies_before_it_runs(self):
         """issue 30, item 3: the one-shot is deleted once its notice is
@@ -4529,6 +4582,27 @@ class CrashTest(unittest.TestCase):
                       "\n".join(logs.output))
         third = self.successor(after, after.now + 2, last_beat=after.now)  # sent: never again
         self.assertEqual(third.fired, [])
+
+    def test_a_rejected_file_the_next_harness_puts_back_is_told_of_once(self):
+        """A suspicion of the adversarial pass of issue 32, confirmed: killed
+        after journaling a rejection notice and moving the file to its
+        private name, before renaming it to NAME.json.rejected, the harness
+        left a file the next one puts back by a link, which changes its
+        ctime; so the notice was sent again, and the judge sent its own."""
+        h = self.harness()
+        path = h.write("bad.json", {"type": "one-shot", "channelId": "C3", "text": "x"})
+        h.startup(None)
+        notice = {"filename": "bad.json", "type": "rejected", "channel_id": "C3", "text": "missing at",
+                  "at": None, "schedule": None, "timezone": None}
+        h.w._files.journal.write({"kind": "notice", "id": 7, "file": "bad.json",
+                                  "sig": list(mom_events._stat_entry(str(path)).sig), "event": notice})
+        path.rename(h.dir / ".bad.json.mom_events-taken")  # killed here
+        with self.assertLogs("mom_events", "ERROR"):
+            after = self.successor(h, h.now + 2, last_beat=h.now)
+            for delay in (0.1, 0.2, 0.4):  # the retries, then the rename
+                after.tick(after.now + delay)
+        self.assertEqual([(e.filename, e.type) for _, e in after.fired], [("bad.json", "rejected")])
+        self.assertTrue(after.exists("bad.json.rejected"))
 
     def test_a_rejection_notice_is_sent_though_the_harness_dies_before_it_runs(self):
         h = self.harness()
@@ -5868,9 +5942,8 @@ class HistoryWholeLinesTest(unittest.TestCase):
 
 class HistoryTest(unittest.TestCase):
     def harness(self, **kwargs):
-        h = Harness(self, history=None, **kwargs)
+        h = Harness(self, history_name=".history.jsonl", **kwargs)
         self.path = h.dir / ".history.jsonl"
-        h.w._files.history = mom_events._History(self.path)
         return h
 
     def outcomes(self, name=None):
@@ -5990,8 +6063,7 @@ class HistoryTest(unittest.TestCase):
         self.assertTrue(all(r["detail"] == text for r in records))
 
     def test_an_unwritable_history_is_logged_once_and_events_go_on(self):
-        h = Harness(self)
-        h.w._files.history = mom_events._History(h.dir / "missing" / "h.jsonl")
+        h = Harness(self, history_name="missing/h.jsonl")
         h.start()
         with self.assertLogs("mom_events", "ERROR") as logs:
             for i in range(3):
@@ -6122,8 +6194,7 @@ class IsolationTest(unittest.TestCase):
     def test_a_run_cut_short_at_shutdown_keeps_its_file_and_says_so(self):
         def cut_short(event):
             raise mom_events._Interrupted("command stopped at shutdown")
-        h = Harness(self, handler=cut_short, history=None)
-        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h = Harness(self, handler=cut_short, history_name=".history.jsonl")
         h.start()
         h.write("a.json", immediate())
         with self.assertLogs("mom_events", "WARNING") as logs:
@@ -6206,8 +6277,7 @@ class IsolationTest(unittest.TestCase):
     def test_the_files_that_broke_whole_scans(self):
         """A year-1 one-shot while a history is kept and a 5,000-digit schedule
         are invalid files now; a valid immediate beside them fires."""
-        h = Harness(self, history=None)
-        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h = Harness(self, history_name=".history.jsonl")
         h.write("old.json", one_shot("0001-01-01T00:00:00+01:00"))
         h.write("long.json", periodic("0 0 " + "1" * 5000 + " * *"))
         h.write("good.json", immediate(text="fires"), mtime=h.now)
@@ -6224,9 +6294,7 @@ class IsolationTest(unittest.TestCase):
         self.assertEqual(outcomes, {"old.json": "invalid", "long.json": "invalid", "good.json": "done"})
 
     def test_a_history_line_that_cannot_be_formatted_is_that_lines_alone(self):
-        h = Harness(self, history=None)
-        path = h.dir / ".history.jsonl"
-        h.w._files.history = mom_events._History(path)
+        h = Harness(self, history_name=".history.jsonl")
         h.start()
         h.write("a.json", immediate(text="a"))
         h.write("b.json", immediate(text="b"))
@@ -6383,8 +6451,7 @@ class RejectedInProcessTest(unittest.TestCase):
         self.assertTrue(h.exists("bad.json"))
 
     def test_a_notice_counts_toward_the_channels_five_and_is_discarded_beyond(self):
-        h = Harness(self, history=None)
-        h.w._files.history = mom_events._History(h.dir / ".history.jsonl")
+        h = Harness(self, history_name=".history.jsonl")
         h.start()
         held = []
         h.w._channels._spawn = hold(held)
@@ -8987,7 +9054,7 @@ class CheckReadableTest(CliCase):
             if not ok:  # no run before until
                 continue
             event = parse_event(json.dumps(content), "f.json")
-            runs, due, mtime = [], self.NOW, (self.events / "f.json").stat().st_mtime_ns / 1e9
+            runs, due, mtime = [], self.NOW - 1e-6, (self.events / "f.json").stat().st_mtime_ns / 1e9  # one now runs
             while len(runs) < 1000 and math.isfinite(due := timing_of(event).next_after(due, mtime)):
                 runs.append(due)
             if len(runs) == 1000:  # too many to walk

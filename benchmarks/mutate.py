@@ -77,16 +77,17 @@ COVERING = {
     "judge": ["StartupTest", "OneShotTest", "PeriodicTest", "MisfireGraceTest", "JudgeAgreementTest",
               "RejectedInProcessTest", "DowntimeTest", "LanguageTest", "JudgeEdgeTest"],
     "scan": ["ScannerPartTest", "ScanTest", "ChangeTest", "NamesAndKindsTest", "StartupTest", "MidWriteTest",
-             "RetryTest"],
+             "RetryTest", "ActOnWhatWasJudgedTest", "CrashTest"],
     "scanner": ["ScannerPartTest", "ScanTest", "ChangeTest", "NamesAndKindsTest", "StartupTest", "MidWriteTest",
-                "RetryTest", "LifecycleTest", "EndToEndTest"],
+                "RetryTest", "LifecycleTest", "EndToEndTest", "DirectoryLockTest", "CrashTest", "JournalAccountTest",
+                "DowntimeTest"],
     "schedule": ["SchedulePartTest", "ScheduleContractTest", "HeapTest", "OneShotTest", "PeriodicTest",
                  "ClockStepTest", "ChangeTest", "RetryTest", "StartupTest", "RealSchedulerTest"],
     "channels": ["ChannelsPartTest", "WorkerPoolTest", "RealSchedulerTest", "QueueTest", "CallbackTest",
                  "SubmitTest", "IsolationTest", "AsyncTest", "StoppedLoopTest", "LifecycleTest", "EndToEndTest",
                  "ChannelsReportTest", "CallbackFaultTest"],
-    "history": ["HistoryEdgeTest", "HistoryTest", "HistoryShortWriteTest", "RejectedInProcessTest",
-                "OneLineOutputTest"],
+    "history": ["HistoryEdgeTest", "HistoryTest", "HistoryShortWriteTest", "HistoryWholeLinesTest",
+                "RejectedInProcessTest", "OneLineOutputTest"],
     "files": _WATCHER + ["FaultTest", "CallbackFaultTest", "RejectedInProcessTest", "HistoryTest", "DowntimeTest",
                          "LanguageTest", "ActOnWhatWasJudgedTest", "MidWriteTest"],
     "watcher": ["RealSchedulerTest", "StartupTest", "OneShotTest", "SubmitTest", "ClockStepTest",
@@ -452,14 +453,6 @@ EQUIVALENT = {
         "a margin: how long endless output is drained before it is given up on",
     "cli:_one_line:delete:if text.isprintable(): return text => pass":
         "the shortcut: the character-by-character join gives a printable text back unchanged, more slowly",
-    "files:_Files._take:delete:return None => pass":
-        "the rename and the check after it then find the other file and put it back: the same outcome",
-    "files:_Files._take:delete:self._scanner.forget(f.name) => pass#2":
-        "the name was emptied: the directory's mtime changed, so the next scan lists it and finds it gone",
-    "files:_Files._take:delete:self._scanner.forget(f.name) => pass#3":
-        "the file put back has another inode than the scanner noted, so the next listing stats it anyway",
-    "files:_Files._still:delete:return False => pass#2":
-        "None is as false as False to the caller",
     "cli:main:return:return 0 => None":
         "sys.exit(None) exits with status 0 too",
     "files:_Files._retry_later:number:delay * 1000 => 1000->1001":
@@ -469,16 +462,6 @@ EQUIVALENT = {
         "change but a touch; and a file touched with the same bad content was renamed away already",
     "files:_Files._invalid:delete:self._gone(f.name) => pass":
         "the next scan sees the name gone and forgets it the same way; _gone does it a poll sooner",
-    "files:_Files._take:delete:self._scanner.forget(f.name) => pass":
-        "the new file at the name has a signature the scanner has not noted, so the next scan reads it anyway "
-        "(the single writer applies a scan's changes, judging them anew, before it acts on a file)",
-    "files:_Files._take:delete:return None => pass#3":
-        "the last statement: the function returns None all the same",
-    "files:_Files._still:return:return False => None#2":
-        "None is as false as False to the caller",
-    "files:_Files._still:bool:return False => False->True#2":
-        "reached only if the name turns non-regular between a stat that matched and the read; the check after "
-        "the rename then finds another inode and puts it back",
     "files:_Files._undeletable:delete:self._cancel(f) => pass":
         "called once the file's run or verdict is over: nothing of it is scheduled or queued any more",
     "scanner:_Scanner.__init__:delete:self._dir_key: tuple[int, int, int] | None = None => pass":
