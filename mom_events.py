@@ -3256,7 +3256,7 @@ class _Files:
         if f.attempts and (sig != f.sig or digest != f.digest):
             f.attempts = 0  # the writer is still at work (even if only to truncate): the retries start over
         f.spent = False
-        f.sig, f.digest = sig, digest
+        f.sig, f.digest = f.sig if sig == f.sig else sig, digest  # the scanner's tuple, shared: 10,000 files, 1.4 MB
         if _is_racy(read_ns, sig[4]):
             self._racy[f.name] = f
         else:
@@ -3392,24 +3392,20 @@ class _Files:
                 self._retract(notice)
 
     def _fire(self, f: _File, due: float, now: float) -> None:
-        event = f.parsed
-        final = event.type != "periodic"
-        if not final:
-            after = f.timing.next_after(now, f.sig[3] / 1e9)  # from now: no catch-up
-            final = math.isinf(after)
-            if final:
-                log.info("%s: this is its last occurrence; the file is deleted once it has run", f.name)
-            else:
-                self.schedule.push(f, after)
-        self._enqueue(f, due, now - due if now - due >= _LATE else None, final)  # late: the clock stepped, or it slept
+        """Queue the occurrence due, and schedule the next, if any: after
+        the last one has run, the file goes."""
+        after = f.timing.next_after(now, f.sig[3] / 1e9)  # from now: no catch-up
+        if math.isfinite(after):
+            self.schedule.push(f, after)
+        elif isinstance(f.timing, _Periodic):
+            log.info("%s: this is its last occurrence; the file is deleted once it has run", f.name)
+        self._enqueue(f, due, now - due if now - due >= _LATE else None, math.isinf(after))  # late: a step, a sleep
 
-    def _enqueue(self, f: _File, due: float | None, late: float | None = None,
-                 final: bool | None = None) -> None:
+    def _enqueue(self, f: _File, due: float | None, late: float | None, final: bool) -> None:
         """Put an occurrence of the file's event, due at ``due``, on its
         channel's queue, unless the previous one still waits there.  After
         the ``final`` one has run, the file is deleted."""
         event = f.parsed
-        final = event.type != "periodic" if final is None else final
         occurrence = replace(event, due=_aware(f.timing, due, self._zone), late=late)
         job = _Job(event.channel_id, event=occurrence, file=f, generation=f.generation,
                    sig=f.sig, digest=f.digest, due=due, final=final, id=self.journal.next_id())
