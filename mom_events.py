@@ -1732,6 +1732,47 @@ class _DirectoryLock:
             self._fd = None
 
 
+class _Hold:
+    """This harness's hold on its events directory: the lock of the
+    directory it looks into, and its heartbeat.  A directory deleted and
+    made again is another directory, whose lock is taken (``again``) before
+    anything in it is handled."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._lock: _DirectoryLock | None = None
+
+    def take(self) -> _DirectoryLock:
+        """Make the directory if missing and take its lock.  EventError names
+        the process that holds it."""
+        os.makedirs(self.directory, exist_ok=True)
+        self._lock = lock = _DirectoryLock(self.directory)
+        if lock.directory_mode & stat.S_IWOTH:  # whoever writes a file there acts as the agent
+            log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
+                        self.directory, self.directory)
+        return lock
+
+    def again(self) -> _DirectoryLock:
+        """The directory was made anew: take its lock instead (EventError:
+        another harness has it)."""
+        lock = _DirectoryLock(self.directory)
+        self.release()
+        self._lock = lock
+        log.info("events directory %s was made anew; took its lock", self.directory)
+        return lock
+
+    def beat(self, now: float) -> None:
+        """A sign of life in the lock file at ``now`` (every _HEARTBEAT)."""
+        if self._lock is not None:
+            self._lock.beat(now=now)
+
+    def release(self, now: float | None = None) -> None:
+        """Let go of the lock; ``now``: a clean stop then."""
+        if self._lock is not None:
+            self._lock.release(clean=now is not None, now=now)
+            self._lock = None
+
+
 # ---------------------------------------------------------------------------
 # What a harness leaves for the next: its runs' processes, and the journal
 # ---------------------------------------------------------------------------
@@ -2228,8 +2269,8 @@ class _Changes:
 
 class _Scanner:
     """The events directory as the harness sees it: the last listing, the
-    snapshot of stats, the sweep's place, and the directory's lock.  It stats
-    and lists, and reads no file.
+    snapshot of stats and the sweep's place.  It stats and lists, and reads
+    no file; the directory's lock is the watcher's.
 
     ``scan()`` runs on one thread (the scheduler's), without the watcher's
     lock: a listing of thousands of names takes a while.  ``forget()`` may be
@@ -2254,7 +2295,8 @@ class _Scanner:
         self._forgotten: deque[str] = deque()   # names to see as new (appended by any thread)
         self._trouble: str | None = None
         self.came_back = False                  # it could not be looked at for a while: a blind spell
-        self._lock: _DirectoryLock | None = None
+        self.directory_id: _DirId | None = None  # the directory locked (attach): the only one looked into
+        self.moved = False                      # the directory at the path is another one now
         self._dir_fd: int | None = None
         self._dir_fd_id: _DirId | None = None
 
@@ -2263,27 +2305,15 @@ class _Scanner:
         """The directory cannot be looked at now."""
         return self._trouble is not None
 
-    def lock(self) -> tuple[float, bool] | None:
-        """Make the directory if missing and take its lock; returns when its
-        previous holder was last alive and whether it stopped cleanly then,
-        if known.  EventError names the process that holds it."""
-        os.makedirs(self.directory, exist_ok=True)
-        self._lock = _DirectoryLock(self.directory)
+    def attach(self, directory_id: _DirId) -> None:
+        """Look only into the directory with this identity, whose lock the
+        harness holds now: one made anew is not looked into before its lock
+        is taken (``moved`` says so)."""
+        self.directory_id, self.moved = directory_id, False
         self._own = _own_names(self.directory, self._history)
-        if self._lock.directory_mode & stat.S_IWOTH:  # whoever writes a file there acts as the agent
-            log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
-                        self.directory, self.directory)
-        return self._lock.trace
 
-    def beat(self, now: float | None = None) -> None:
-        """A sign of life in the lock file at ``now`` (the scheduler, every _HEARTBEAT)."""
-        if self._lock is not None:
-            self._lock.beat(now=now)
-
-    def release(self, now: float | None = None) -> None:
-        """Let go of the lock and the directory descriptor."""
-        if self._lock is not None:
-            self._lock.release(now=now)
+    def close(self) -> None:
+        """Let go of the directory descriptor."""
         self._close_dir()
 
     def _open_dir(self) -> None:
@@ -2309,8 +2339,7 @@ class _Scanner:
         (and a stat of each new or replaced name) when it does, or when that
         mtime is too recent to trust; and a self-paced sweep of per-file stats
         for rewrites in place.  None: nothing changed, or the directory cannot
-        be looked at now.  Raises EventError when the directory was made anew
-        and another harness holds it."""
+        be looked at now (or is another one: ``moved``)."""
         if self._forgotten:  # nothing may be left of them: a name left in the sweep's list is stat'ed for ever
             forgotten = set()
             while self._forgotten:
@@ -2323,11 +2352,11 @@ class _Scanner:
         try:
             seen = self._look(startup)
         except (FileNotFoundError, NotADirectoryError) as exc:
-            self._problem("is missing" if isinstance(exc, FileNotFoundError) else "is not a directory")
+            self.problem("is missing" if isinstance(exc, FileNotFoundError) else "is not a directory")
             seen = dict.fromkeys(self._snapshot)  # its files are gone with it
             self._listing, self._sweep_names, self._dir_key = {}, [], None
         except OSError as exc:
-            self._problem(f"cannot be read ({exc.strerror})")
+            self.problem(f"cannot be read ({exc.strerror})")
             return None  # nothing is known to have changed
         if seen is None:
             return None
@@ -2343,7 +2372,8 @@ class _Scanner:
         if not stat.S_ISDIR(dir_st.st_mode):
             raise NotADirectoryError(self.directory)
         dir_id = _directory_id(dir_st)
-        if not self._relock(dir_id):
+        if self.directory_id is not None and dir_id != self.directory_id:
+            self.moved = True  # made anew: its lock comes first (EventsWatcher._relock)
             return None
         if self._dir_fd_id != dir_id:
             self._open_dir()
@@ -2417,23 +2447,8 @@ class _Scanner:
                 log.warning("%s", _ignored(name, entry.kind))
         return _Changes(changed, diff.deleted, unusable)
 
-    def _relock(self, dir_id: _DirId) -> bool:
-        """A directory deleted and made again is a new directory: take its lock
-        before handling any file in it.  False: do not look at it now."""
-        if self._lock is None or dir_id == self._lock.directory_id:
-            return True
-        try:
-            lock = _DirectoryLock(self.directory)  # EventError: another harness has it
-        except OSError as exc:
-            self._problem(f"cannot be locked ({exc.strerror})")
-            return False
-        self._lock.release()
-        self._lock = lock
-        self.came_back = True  # what is in the new directory was written while the harness did not look
-        log.info("events directory %s was made anew; took its lock", self.directory)
-        return True
-
-    def _problem(self, problem: str) -> None:
+    def problem(self, problem: str) -> None:
+        """The directory cannot be looked at now, for this reason (said once)."""
         if self._trouble != problem:
             log.error("events directory %s %s; waiting for it", self.directory, problem)
             self._trouble = problem
@@ -3607,6 +3622,7 @@ class EventsWatcher:
         self._closer: threading.Thread | None = None  # the last writer: lets the directory go
         self._wake = threading.Event()  # set when stopping: a standby's wait ends at once
         self._stopping = False
+        self._hold = _Hold(self.events_dir)
         self._standby = standby
         self._systemd = _Systemd(os.environ if systemd else {})
         self.active = False  # holds the directory and schedules its events
@@ -3635,7 +3651,7 @@ class EventsWatcher:
             if self._thread is not None or self._stepped:
                 raise RuntimeError("an EventsWatcher can be started only once")
             try:
-                trace = self._scanner.lock()
+                trace = self._take_lock()
             except EventError as exc:
                 if not self._standby or not thread:  # a standby waits on a thread of its own
                     raise
@@ -3742,7 +3758,7 @@ class EventsWatcher:
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
         self._files.resend(notices)
-        self._scanner.beat(now)  # only now: killed during its start-up, it leaves the previous trace
+        self._hold.beat(now)  # only now: killed during its start-up, it leaves the previous trace
 
     def _stand_by(self) -> None:
         """Another harness holds the directory: try its lock a few times a
@@ -3751,7 +3767,7 @@ class EventsWatcher:
         while not self._wake.wait(_STANDBY_TRY):
             self._systemd.ping(time.monotonic())
             try:
-                trace = self._scanner.lock()
+                trace = self._take_lock()
             except (EventError, OSError) as exc:
                 silent = self._clock() - (_last_beat(self.events_dir) or math.inf)
                 if silent > _HUNG and not hung:
@@ -3828,7 +3844,7 @@ class EventsWatcher:
         """Every _HEARTBEAT: the lock file's mtime says when this harness was
         last alive (on its clock), and the journal forgets what is done."""
         if mono >= self._next_beat:
-            self._scanner.beat(now)
+            self._hold.beat(now)
             self._files.journal.compact()  # what fell due before the beat is no concern of the next
             self._next_beat = mono + _HEARTBEAT
 
@@ -3836,11 +3852,10 @@ class EventsWatcher:
         """Scan and act on what changed.  The first look at the directory in
         a while (at start-up, or after a spell in which it could not be
         looked at) judges what it finds by the start-up rules for that spell."""
-        try:
-            changes = self._scanner.scan(startup=self._first_look is not None)
-        except EventError as exc:  # the directory was made anew, and another harness has it
-            self._halt(str(exc))
-            return
+        changes = self._scanner.scan(startup=self._first_look is not None)
+        if self._scanner.moved:
+            self._relock()
+            return  # the next poll looks into the new directory, as after a blind spell
         first_look = None
         if not self._scanner.in_trouble:
             if self._scanner.came_back:
@@ -3851,6 +3866,34 @@ class EventsWatcher:
             self._files.recheck(now, first_look)
         if changes is not None:
             self._files.apply(changes, now, first_look)
+
+    # -- the hold on the directory ---------------------------------------------------
+
+    def _take_lock(self) -> tuple[float, bool] | None:
+        """Take the directory's lock (``_Hold.take``), and look into that
+        directory only; returns its previous holder's trace."""
+        lock = self._hold.take()
+        self._scanner.attach(lock.directory_id)
+        return lock.trace
+
+    def _relock(self) -> None:
+        """The directory was deleted and made again: what is in the new one
+        was written while the harness did not look (``came_back``)."""
+        try:
+            lock = self._hold.again()
+        except EventError as exc:  # another harness has it
+            self._halt(str(exc))
+            return
+        except OSError as exc:
+            self._scanner.problem(f"cannot be locked ({exc.strerror})")
+            return
+        self._scanner.attach(lock.directory_id)
+        self._scanner.came_back = True
+
+    def _release(self) -> None:
+        """Let go of the directory: its lock (a clean stop, now) and descriptor."""
+        self._hold.release(self._clock())
+        self._scanner.close()
 
     def _begin_closing(self) -> threading.Thread:
         """Stop scheduling and queueing at once (what waits is dropped, its
@@ -3876,7 +3919,7 @@ class EventsWatcher:
         self._channels.wait(None)
         self._files.settle()
         self._files.journal.close()
-        self._scanner.release(self._clock())
+        self._release()
         self.active = False
 
     def _halt(self, reason: str) -> None:

@@ -105,7 +105,7 @@ class Harness:
         test.addCleanup(sweep_all.stop)
         self.w = EventsWatcher(self.dir, lambda event: self.handler(event), clock=lambda: self.now,
                                spawn=self.workers.append, **kwargs)
-        test.addCleanup(self.w._scanner.release)  # the lock start() took: the test's end is a clean stop
+        test.addCleanup(self.w._release)  # the lock start() took: the test's end is a clean stop
 
     def write(self, name, content, mtime=None):
         path = self.dir / name
@@ -4348,7 +4348,8 @@ class DirectoryLockTest(unittest.TestCase):
         h.write("old.json", immediate(text="old"), mtime=h.now + 120)
         h.write("new.json", immediate(text="new"), mtime=h.now + 599)
         with self.assertLogs("mom_events", "INFO") as logs:
-            h.tick(h.now + 600)
+            h.tick(h.now + 600)  # its lock first,
+            h.tick(h.now + 0.04)  # then a look into it
         self.assertIn("was made anew; took its lock", "\n".join(logs.output))
         self.assertEqual(sorted(e.type for _, e in h.fired), ["immediate", "missed"])  # the one-shot: a notice
         self.assertEqual([e.text for _, e in h.fired if e.type == "immediate"], ["new"])
@@ -4371,19 +4372,20 @@ class DirectoryLockTest(unittest.TestCase):
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
 
     def test_a_directory_made_anew_again_and_again_leaves_no_descriptor_and_release_is_once(self):
-        scanner = mom_events._Scanner(str(self.dir), 0.2)
-        scanner.lock()
-        scanner.scan(startup=True)
+        h = Harness(self, directory=self.dir)
+        h.start()
+        h.tick(h.now + 0.1)
         before = len(os.listdir("/proc/self/fd"))
         for _ in range(5):
             subprocess.run(["rm", "-rf", str(self.dir)], check=True)
             self.dir.mkdir()
             with self.assertLogs("mom_events", "INFO"):
-                scanner.scan()  # made anew: its lock and its descriptor are taken
+                h.tick(h.now + 0.1)  # made anew: its lock is taken,
+            h.tick(h.now + 0.1)  # then it is looked into, with a descriptor of its own
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
-        scanner.release()
-        with open(self.dir / "other", "w") as other:  # may get a descriptor number the scanner had
-            scanner.release()  # a second release closes nothing of anyone's
+        h.w._release()
+        with open(self.dir / "other", "w") as other:  # may get a descriptor number the watcher had
+            h.w._release()  # a second release closes nothing of anyone's
             other.write("still open")
 
     def test_what_follows_a_pid_is_kept_only_when_it_is_a_trace(self):
@@ -6751,7 +6753,8 @@ class FaultTest(unittest.TestCase):
             h.advance(120)  # its periodic event went with it
             h.dir.mkdir()
             h.write("hello.json", immediate(text="back"), mtime=h.now)  # written as it comes back
-            h.tick(h.now + 0.1)
+            h.tick(h.now + 0.1)  # its lock first (a new directory),
+            h.tick(h.now + 0.1)  # then a look into it
         self.assertEqual(len([line for line in logs.output if "is missing" in line]), 1)
         self.assertEqual(len([line for line in logs.output if "is back" in line]), 1)
         self.assertEqual(h.texts(), ["back"])
@@ -6769,7 +6772,8 @@ class FaultTest(unittest.TestCase):
             h.dir.unlink()
             h.dir.mkdir()
             h.write("hello.json", immediate(text="back"))
-            h.tick(h.now + 0.1)
+            h.tick(h.now + 0.1)  # its lock first (a new directory),
+            h.tick(h.now + 0.1)  # then a look into it
         self.assertEqual(len([line for line in logs.output if "is not a directory" in line]), 1)
         self.assertNotIn("cannot be locked", "\n".join(logs.output))
         self.assertEqual(h.texts(), ["back"])
@@ -7389,7 +7393,7 @@ class LifecycleTest(unittest.TestCase):
     def test_the_directory_is_let_go_only_after_the_schedulers_last_step(self):
         w = EventsWatcher(self.dir, lambda event: None, poll_interval=0.02)
         order, slow, stepping = [], threading.Event(), threading.Event()
-        real_run_due, real_release = w._files.run_due, w._scanner.release
+        real_run_due, real_release = w._files.run_due, w._release
 
         def run_due(now):
             if slow.is_set() and not stepping.is_set():
@@ -7398,10 +7402,10 @@ class LifecycleTest(unittest.TestCase):
                 order.append("last step ended")
             real_run_due(now)
 
-        def release(*args):
+        def release():
             order.append("directory let go")
-            real_release(*args)
-        w._files.run_due, w._scanner.release = run_due, release
+            real_release()
+        w._files.run_due, w._release = run_due, release
         w.start()
         slow.set()
         self.assertTrue(stepping.wait(5))

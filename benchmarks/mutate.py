@@ -91,7 +91,8 @@ COVERING = {
     "files": _WATCHER + ["FaultTest", "CallbackFaultTest", "RejectedInProcessTest", "HistoryTest", "DowntimeTest",
                          "LanguageTest", "ActOnWhatWasJudgedTest", "MidWriteTest"],
     "watcher": ["RealSchedulerTest", "StartupTest", "OneShotTest", "SubmitTest", "ClockStepTest",
-                "EndToEndTest", "LifecycleTest", "StoppedLoopTest", "AsyncTest", "StandbyTest"],
+                "EndToEndTest", "LifecycleTest", "StoppedLoopTest", "AsyncTest", "StandbyTest", "StepTest",
+                "DirectoryLockTest", "FaultTest", "CrashTest"],
     "prompt": ["PromptTest", "RecipeTest", "DocumentedSignatureTest"],
     "cli": ["CliTest", "ExecTest", "SupervisionTest", "ExecEnvironmentTest", "CheckTest", "RejectedTest",
             "OneLineOutputTest", "ShutdownTest", "LockTest", "StandbyTest"],
@@ -517,14 +518,6 @@ EQUIVALENT = {
         _SWEEP_SHORTCUT,
     "scanner:_Scanner._sweep:delete:if name in seen: continue => pass":
         "a name the listing has just looked at is statted again: the same entry (or a newer one) for a stat",
-    "scanner:_Scanner._relock:delete:return True => pass":
-        "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
-    "scanner:_Scanner._relock:bool:return True => True->False":
-        "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
-    "scanner:_Scanner._relock:return:return False => None":
-        "None is as false as False to its only caller",
-    "scanner:_Scanner._relock:return:return True => None":
-        "a margin: the new directory is then looked at a poll later, with the same facts (came_back is set)",
     "cli:_Commands._supervise:boolop:stdin is None or stdout is None or stderr is None => Or->And":
         "a guard for the type checker: __call__ always makes the three pipes",
     "cli:_Commands.kill_all:number:timeout=1.0 => 1.0->2.0":
