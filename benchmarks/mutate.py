@@ -169,8 +169,6 @@ EQUIVALENT = {
         "differs only when the monotonic clock reads exactly the poll time",
     "history:_iso:delete:continue => pass":
         "the last statement of the except, inside the loop: the loop goes on all the same",
-    "history:_History.__init__:delete:self._id: _DirId | None = None => pass":
-        "_id is read only by _rotated, which runs only with a descriptor, and _open sets both together",
     "history:_last_outcomes:delete:continue => pass":
         "the last statement of the except, inside the loop: the loop goes on all the same",
     "watcher:EventsWatcher.__init__:delete:self._first_look: _Startup | None = None => pass":
@@ -400,10 +398,6 @@ EQUIVALENT = {
         _GIL_OFFER,
     "files:_Files.run_due:compare:count % _BATCH == 0 => Eq->NotEq":
         _GIL_OFFER,
-    "files:_Files.run_due:delete:if f is None: continue => pass":
-        "a guard: forgetting a file drops its entries from the schedule, so pop_due never yields one",
-    "files:_Files.run_due:delete:continue => pass":
-        "a guard: forgetting a file drops its entries from the schedule, so pop_due never yields one",
     "files:_File.parsed:delete:if self.event is None: raise TypeError(f'{self.... => pass":
         "a guard for the type checker: a file is fired, enqueued or judged only with an event",
     "files:_File.parsed:delete:raise TypeError(f'{self.name} has no valid event') => pass":
@@ -430,12 +424,7 @@ EQUIVALENT = {
         "the list holds one outcome: its first is its last",
     "cli:_with_signals_handled:bool:daemon=True => True->False":
         "the main thread joins it anyway, and a second signal leaves by os._exit, which waits for no thread",
-    "files:_Files._delete_after_run:boolop:f is not None and self.schedule.generation(f.name) == job... => And->Or":
-        "a file rewritten since its run is then offered for deletion, but _take finds the run's signature "
-        "gone and leaves it: the same outcome",
     "files:_Files._unlink_taken:delete:self._gone(f.name) => pass":
-        "the next scan sees the name gone and forgets it the same way; _gone does it a poll sooner",
-    "files:_Files._gone:delete:self._forget(name) => pass":
         "the next scan sees the name gone and forgets it the same way; _gone does it a poll sooner",
     "files:_Files._gone:delete:self._scanner.forget(name) => pass":
         "the name was emptied: the directory's mtime changed, so the next scan lists it and finds it gone",
@@ -443,8 +432,6 @@ EQUIVALENT = {
         "None is as false as False to its callers",
     "files:_Files._undeletable:return:return False => None":
         "None is as false as False to its callers",
-    "files:_Files._invalid:delete:self._scanner.forget(f.name) => pass":
-        "the name was emptied or changed: the directory's mtime or the file's stat says so to the next scan",
     "files:_Files._invalid:delete:return => pass#2":
         "the take that follows finds the name empty (or another file) and forgets it: the same outcome",
     "files:_Files._invalid:delete:f.digest = _digest(data) => pass":
@@ -563,11 +550,6 @@ EQUIVALENT = {
     "files:_Files._changed:number:(sig, 0, first_look) => 0->1":
         "_load resets the count itself when the content read differs from the last read, as it does for any "
         "change but a touch; and a file touched with the same bad content was renamed away already",
-    "files:_Files._load:delete:self._forget(f.name, 'file removed' if isinstan... => pass":
-        "a file gone or swapped between the scan and the read: the next scan sees it gone or non-regular and "
-        "forgets it the same way",
-    "files:_Files._load:delete:self._scanner.forget(f.name) => pass":
-        "the same: the next scan's listing or stat shows the name gone or changed in kind",
     "files:_Files._load:delete:f.event = None => pass":
         "nothing reads a file's event while it has no firing scheduled or queued: firing, the cancelled line "
         "and deletion all go by the entry or the job (HistoryTest checks the cancelled line)",
