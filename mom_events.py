@@ -1769,8 +1769,7 @@ class _Hold:
     def release(self, now: float | None = None) -> None:
         """Let go of the lock; ``now``: a clean stop then."""
         if self._lock is not None:
-            self._lock.release(clean=now is not None, now=now)
-            self._lock = None
+            self._lock.release(clean=now is not None, now=now)  # once: it closes its descriptor only once
 
 
 # ---------------------------------------------------------------------------

@@ -2240,6 +2240,21 @@ class OneShotTest(unittest.TestCase):
         h.tick(due + 60)
         self.assertEqual(len(h.fired), 1)
 
+    def test_a_run_that_starts_a_second_or_more_after_its_time_says_how_late(self):
+        """Measured as the run starts (a busy channel delays it): a second
+        late is late, less is on time."""
+        for waited, late in ((0.999, None), (1.0, 1.0)):
+            with self.subTest(waited=waited):
+                h = Harness(self)
+                h.start()
+                due = h.now + 10
+                h.write("r.json", one_shot(due))
+                h.tick(h.now + 0.1)
+                h.tick(due, workers=False)  # queued on time; its worker starts later
+                h.now = due + waited
+                h.run_workers()
+                self.assertEqual([e.late for _, e in h.fired], [late])
+
     def test_far_future_is_scheduled_not_fired(self):
         h = Harness(self)
         due = h.now + 100 * 86400  # the original fired anything past 24.8 days at once
@@ -3255,8 +3270,9 @@ class ChangeTest(unittest.TestCase):
         h = Harness(self)
         tomorrow = time.time() + 86400
         h.write("p.json", periodic(), mtime=tomorrow)
+        h.start()  # read at once: compared again until its last write is a tick old
         time.sleep(0.06)
-        h.start()
+        h.tick(h.now + 0.1)
         with mock.patch.object(mom_events, "_read_file", side_effect=AssertionError("read again")):
             h.tick(h.now + 0.1)
 
@@ -4477,6 +4493,62 @@ class CrashTest(unittest.TestCase):
                     after.tick(after.now + 0.1)
                 self.assertEqual(after.texts(), ["BBBB"] if rewritten else [])
                 self.assertFalse(h.exists("x.json"))
+
+    def test_a_file_that_ran_before_the_kill_and_cannot_be_deleted_is_said_so_and_stays(self):
+        h = self.harness()
+        h.write("x.json", immediate(text="x"))
+        h.w.start(thread=False)
+        h.workers.pop(0)()  # it ran; killed before the scheduler's next step deleted the file
+        denied = PermissionError(13, "Permission denied")
+        with mock.patch("mom_events.os.unlink", side_effect=denied), self.assertLogs("mom_events", "INFO") as logs:
+            self.successor(h, h.now + 3, last_beat=h.now - 0.4)
+        said = "\n".join(logs.output)
+        self.assertIn("ERROR:mom_events:x.json: it ran before the last harness died, but cannot be deleted "
+                      "(Permission denied): it runs again", said)
+        self.assertNotIn("which had yet to delete it: deleted", said)
+        self.assertTrue(h.exists("x.json"))  # put back under its name
+
+    def test_what_a_cut_run_left_is_stopped_and_counted_and_a_run_that_ended_unrecorded_says_how(self):
+        h = self.harness()
+        h.startup(None)
+        proc = subprocess.Popen(["sleep", "30"], start_new_session=True)  # what a command left running
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        journal = h.w._files.journal
+        common = {"channelId": "C1", "due": None, "sig": None, "final": True}
+        journal.write({"kind": "run", "id": 97, "file": "hook.json", "type": "immediate", **common,
+                       "sid": proc.pid, "start": mom_events._process_start(proc.pid)})
+        journal.write({"kind": "run", "id": 98, "file": "bad.json", "type": "rejected", **common})
+        for number, status in ((99, 129), (100, 137), (101, 3)):  # ended, journaled by their shells only
+            journal.write({"kind": "run", "id": number, "file": f"s{status}.json", "type": "immediate", **common})
+            journal.write({"kind": "end", "id": number, "ran": True, "status": status})
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            self.successor(h, h.now + 2, last_beat=h.now)
+        self.assertEqual(proc.wait(5), -signal.SIGTERM)
+        cut = f"cut short: the harness (process {os.getpid()}) died while it ran"
+        self.assertIn(f"WARNING:mom_events:hook.json: {cut}; stopped the 1 process its command left; its file "
+                      "stays, so it runs again", logs.output)
+        self.assertIn(f"WARNING:mom_events:bad.json: {cut}; it is sent again", logs.output)
+        self.assertEqual({r["filename"]: r.get("detail") for r in read_history(self.history)
+                          if r["filename"].startswith("s")},
+                         {"s129.json": "killed by signal SIGHUP", "s137.json": "killed by signal SIGKILL",
+                          "s3.json": "exit status 3"})
+
+    def test_an_occurrence_withdrawn_from_its_queue_is_not_counted_missed_after_the_kill(self):
+        """Its file changed while it waited (in place, its mtime kept): the
+        history says it was cancelled, and the journal that it is no
+        occurrence of the version left to be counted."""
+        h = self.harness(now=utc(2026, 1, 1, 9, 0, 5).timestamp())
+        content = periodic("*/10 * * * * *", text="tick")
+        path = h.write("p.json", content, mtime=h.now - 60)
+        h.start()
+        h.step(h.now + 5)  # 09:00:10 is queued; its worker is held
+        before = path.stat()
+        path.write_text(json.dumps({**content, "text": "TICK"}))  # the same length
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        h.tick(h.now + 5.1, workers=False)  # withdrawn, and the new content scheduled; then the kill
+        self.assertEqual(self.outcomes("p.json"), ["queued", "cancelled"])
+        self.successor(h, h.now + 1, last_beat=h.now)
+        self.assertNotIn("missed", self.outcomes("p.json"))
 
     def test_a_run_cut_short_by_the_kill_is_recorded_and_its_file_runs_again(self):
         h = self.harness()
@@ -5941,6 +6013,19 @@ class HistoryWholeLinesTest(unittest.TestCase):
             history.record("done", "next.json")
         self.assertEveryLineParses(path, ["a.json", "b.json", "next.json"])
 
+    def test_the_newline_given_to_a_whole_last_line_stays_when_the_next_write_fails(self):
+        history, path = self.history(b'{"filename": "a.json"}')
+        real = os.write
+
+        def full_after_the_newline(fd, data):
+            if bytes(data) == b"\n":
+                return real(fd, data)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        with mock.patch("os.write", full_after_the_newline), self.assertLogs("mom_events", "ERROR"):
+            history.record("done", "lost.json")
+        self.assertEqual(path.read_bytes(), b'{"filename": "a.json"}\n')
+
 
 class HistoryTest(unittest.TestCase):
     def harness(self, **kwargs):
@@ -6607,6 +6692,24 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         h.tick(h.now + 0.1)
         h.tick(h.now + 0.1)
         self.assertEqual(h.texts(), ["first", "second"])
+        self.assertFalse(h.exists("a.json"))
+
+    def test_a_file_rewritten_in_place_while_it_ran_keeping_size_and_mtime_runs_again(self):
+        """Only its ctime says it changed (``cp -p``, ``touch -r`` after a
+        write), once it is older than a tick: the whole signature is compared."""
+        h = Harness(self)
+        h.start()
+        path = h.write("a.json", immediate(text="AAAA"))
+        time.sleep(0.06)  # a tick old: no content is compared
+        h.tick(h.now + 0.1, workers=False)  # it is queued; its worker is held
+        before = path.stat()
+        path.write_text(json.dumps(immediate(text="BBBB")))
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        time.sleep(0.06)
+        h.run_workers()  # AAAA runs; the file is not the one judged any more
+        h.tick(h.now + 0.1)
+        h.tick(h.now + 0.1)
+        self.assertEqual(h.texts(), ["AAAA", "BBBB"])
         self.assertFalse(h.exists("a.json"))
 
     def test_a_file_moved_in_as_the_one_that_ran_is_moved_away_is_put_back_and_runs(self):

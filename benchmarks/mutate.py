@@ -396,6 +396,8 @@ EQUIVALENT = {
         _GIL_OFFER,
     "files:_Files.run_due:delete:time.sleep(0) => pass":
         _GIL_OFFER,
+    "files:_Files.run_due:number:enumerate(self.schedule.pop_due(now), 1) => 1->0":
+        _GIL_OFFER,
     "files:_Files.run_due:compare:count % _BATCH == 0 => Eq->NotEq":
         _GIL_OFFER,
     "files:_File.parsed:delete:if self.event is None: raise TypeError(f'{self.... => pass":
@@ -596,6 +598,20 @@ EQUIVALENT = {
         "the first guess of a stat's cost, soon replaced by the measured one: the sweep's pace only",
     "scanner:_Scanner.__init__:number:self._stat_cost = 5e-06 => 5e-06->0.0":
         "the first guess of a stat's cost, soon replaced by the measured one: the sweep's pace only",
+    "history:_History._cut_last_line:number:1 << 16 => 16->17":
+        "the chunk read back at a time: any size finds the same last newline",
+    "history:_History._cut_last_line:number:1 << 16 => 16->15":
+        "the chunk read back at a time: any size finds the same last newline",
+    "files:_Files._cancel:delete:f.queued = None => pass":
+        "the next occurrence's merge finds the cancelled one no longer waiting (withdrawn, or started): as "
+        "if there were none",
+    "files:_Files._fire:compare:now - due >= _LATE => GtE->Gt":
+        "the run measures lateness again as it starts, on the same clock, no earlier: a second late then too",
+    "files:_Runs.perform:delete:_running.journal = _running.run = None => pass":
+        "the next job on the thread sets them again before --exec reads them; a submitted function never "
+        "runs the CLI's command (it is the only reader)",
+    "scan:_take:delete:return None => pass#3":
+        "the last statement: the function returns None all the same",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
 }
