@@ -610,6 +610,14 @@ EQUIVALENT = {
     "files:_Runs.perform:delete:_running.journal = _running.run = None => pass":
         "the next job on the thread sets them again before --exec reads them; a submitted function never "
         "runs the CLI's command (it is the only reader)",
+    "schedule:_Schedule.cancel:number:f.generation += 1 => 1->2":
+        "any new generation kills the record's old entries: 2 as well as 1",
+    "history:_History._cut_last_line:number:1 << 16 => 1->2":
+        "the chunk read back at a time: any size finds the same last newline",
+    "history:_History._append:compare:os.fstat(fd).st_size > size => Gt->GtE":
+        "at the same size nothing was written: cutting back to it changes nothing",
+    "files:_Files.run_due:number:enumerate(self.schedule.pop_due(now), 1) => 1->2":
+        _GIL_OFFER,
     "scan:_take:delete:return None => pass#3":
         "the last statement: the function returns None all the same",
     "cron:_CronTimes.get_next:delete:... => pass":
