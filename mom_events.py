@@ -92,9 +92,9 @@ _MAX_NAME = 255
 # without its stat changing, so it is looked at again on the next scan until
 # that is older.  A file's change is its ctime, which every write sets to the
 # clock's now (an mtime can be set to any time: touch -d, cp -p); a
-# directory's, its mtime.  Filesystems that stamp whole seconds (FAT every 2 s, ext3, HFS+) get
-# the coarsest tick; the others stamp from the kernel's coarse clock, a few ms
-# per tick, and get a generous 50 ms.
+# directory's, its mtime.  Filesystems that stamp whole seconds (FAT every
+# 2 s, ext3, HFS+) get the coarsest tick; the others stamp from the kernel's
+# coarse clock, a few ms per tick, and get a generous 50 ms.
 _TICK_NS = 2_000_000_000
 _FINE_TICK_NS = 50_000_000
 
@@ -1579,7 +1579,7 @@ _TAKEN = ".mom_events-taken"  # the end of the private name a file is moved to, 
 def _take(directory: str, name: str, sig: _Sig, digest: int | None) -> str | None:
     """Act on the file judged (``sig`` and ``digest``), not on whatever has
     its name now: check that the name still holds it (its whole signature;
-    its content too while its mtime is too recent to trust), move it to a
+    its content too while its last write is too recent to trust), move it to a
     private name (a dotfile, never an event), and check that what moved is
     the same file (inode, size, mtime: the rename changes the ctime), for an
     ``mv`` may land in between.  Returns the private path to delete or
