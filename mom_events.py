@@ -3178,7 +3178,7 @@ class _Files:
         self.directory = directory
         self._zone = zone  # the user's: an interval's due time is shown in it
         self._known: dict[str, _File] = {}
-        self._racy: dict[str, _File] = {}  # those of them read too soon after their mtime to trust
+        self._racy: dict[str, _File] = {}  # those of them read too soon after their last write to trust
         self.schedule = _Schedule(self._known)
         self.history = history
         self.journal = _Journal(directory)
@@ -3202,8 +3202,9 @@ class _Files:
 
     def recheck(self, now: float, first_look: _Startup | None = None) -> None:
         """git's racy rule: a content read less than a timestamp tick after
-        its mtime may change again without changing the stat, so it is read
-        again at every scan until it is older; one that differs is read anew."""
+        its last write may change again without changing the stat, so it is
+        read again at every scan until that is older; one that differs is
+        read anew."""
         for f in list(self._racy.values()):
             read_ns = time.time_ns()
             try:
@@ -3505,16 +3506,17 @@ class _Files:
         ran, f = job.occurrence, job.file
         if f is not None and f.generation == job.generation:  # a record forgotten was cancelled too
             event = f.event
-            if self._delete(f, job.sig, job.digest) and ran.type == "periodic":
+            if self._delete(f) and ran.type == "periodic":
                 self.record("ended", f.name, event, detail="its last occurrence has run")
 
-    def _delete(self, f: _File, sig: _Sig | None = None, digest: int | None = None) -> bool:
-        """Delete the file judged (``sig`` and ``digest``; by default, what
-        was read last); whether it did.  Not when another file has its name
-        now (the next scan reads that one), nor when it cannot be deleted:
-        that is logged once, and it never runs again in this process."""
+    def _delete(self, f: _File) -> bool:
+        """Delete the file judged (what was read last: a record read again
+        was cancelled, and its jobs with it); whether it did.  Not when
+        another file has its name now (the next scan reads that one), nor
+        when it cannot be deleted: that is logged once, and it never runs
+        again in this process."""
         try:
-            taken = _take(self.directory, f.name, sig or f.sig, digest if sig else f.digest)
+            taken = _take(self.directory, f.name, f.sig, f.digest)
         except OSError as exc:
             return self._undeletable(f, exc)
         if taken is None:  # what has the name now is read anew
