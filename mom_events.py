@@ -90,9 +90,9 @@ _MAX_NAME = 255
 # git's "racy timestamp" problem: a file (or directory) looked at less than
 # one timestamp tick after it was changed may change again within that tick
 # without its stat changing, so it is looked at again on the next scan until
-# that is older.  A file's change is its ctime, which every write sets to the
-# clock's now (an mtime can be set to any time: touch -d, cp -p); a
-# directory's, its mtime.  Filesystems that stamp whole seconds (FAT every
+# that is older.  A change is the ctime, which every write (and a directory's
+# every new, deleted or renamed name) sets to the clock's now, where an mtime
+# can be set to any time (touch -d, cp -p).  Filesystems that stamp whole seconds (FAT every
 # 2 s, ext3, HFS+) get the coarsest tick; the others stamp from the kernel's
 # coarse clock, a few ms per tick, and get a generous 50 ms.
 _TICK_NS = 2_000_000_000
@@ -1469,9 +1469,11 @@ def _stat_entry(path: str) -> _Entry | None:
 
 
 def _is_racy(seen_ns: int, changed_ns: int) -> bool:
-    """Was it looked at too soon after it was changed to trust its stat?"""
+    """Was it looked at too soon after it was changed to trust its stat?  A
+    change more than a tick ahead (the clock stepped back since) is not: a
+    write now stamps another time."""
     tick = _TICK_NS if changed_ns % 1_000_000_000 == 0 else _FINE_TICK_NS
-    return seen_ns - changed_ns < tick
+    return abs(seen_ns - changed_ns) < tick
 
 
 def _list(directory: str, own: frozenset[str] = frozenset()) -> dict[str, int]:
@@ -2061,12 +2063,27 @@ class _Journal:
         """Rewrite the file with only what is still open, once it has grown
         (the scheduler thread, just after a heartbeat: what fell due before
         it is no concern of the next harness's)."""
-        if self._size <= _JOURNAL_COMPACT:
-            return
+        if self._size > _JOURNAL_COMPACT:
+            self._carry(moved=False)
+
+    def move(self) -> None:
+        """The directory was made anew: carry what is still open over to a
+        journal in the new one, which the next harness reads."""
+        self._carry(moved=True)
+
+    def _carry(self, moved: bool) -> None:
+        """Start the file at the path anew with what this harness's own
+        journal (read through its descriptor) has still open.  Not while the
+        directory it lies in is gone and not taken again (``moved``): the
+        path is then another directory's, maybe another harness's."""
         with self._lock:
+            if self._fd is None:
+                return
             try:
-                with open(self.path, "rb") as file:
-                    left = _fold(file.read())
+                st = os.fstat(self._fd)  # its size: a command's shell appends to it too
+                if not moved and st.st_nlink == 0:
+                    return
+                left = _fold(os.pread(self._fd, st.st_size, 0))
             except OSError as exc:
                 self._failed(exc)
                 return
@@ -2092,7 +2109,7 @@ class _Journal:
             finally:
                 os.close(fd)
             os.replace(new, self.path)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)  # read: _carry
         except OSError as exc:
             self._failed(exc)
             return
@@ -2335,8 +2352,8 @@ class _Scanner:
     def scan(self, startup: bool = False) -> _Changes | None:
         """Look at the directory as cheaply as the rules allow: one stat of it
         when its mtime says no name was created, deleted or renamed; a listing
-        (and a stat of each new or replaced name) when it does, or when that
-        mtime is too recent to trust; and a self-paced sweep of per-file stats
+        (and a stat of each new or replaced name) when it does, or when its
+        last change is too recent to trust; and a self-paced sweep of per-file stats
         for rewrites in place.  None: nothing changed, or the directory cannot
         be looked at now (or is another one: ``moved``)."""
         if self._forgotten:  # nothing may be left of them: a name left in the sweep's list is stat'ed for ever
@@ -2387,7 +2404,7 @@ class _Scanner:
             if listing.keys() != self._listing.keys():
                 self._sweep_names = list(listing)
             self._listing, self._dir_key = listing, key
-            self._dir_racy = _is_racy(seen_ns, dir_st.st_mtime_ns)
+            self._dir_racy = _is_racy(seen_ns, dir_st.st_ctime_ns)
         if _FAST_SCAN:
             self._sweep(prefix, seen)
         return seen
@@ -3890,6 +3907,7 @@ class EventsWatcher:
             return
         self._scanner.attach(lock.directory_id)
         self._scanner.came_back = True
+        self._files.journal.move()  # the old one went with the old directory
 
     def _release(self) -> None:
         """Let go of the directory: its lock (a clean stop, now) and descriptor."""

@@ -2995,6 +2995,7 @@ class ScannerPartTest(unittest.TestCase):
         scanner = mom_events._Scanner(str(d), 0.01)  # the sweep comes only every 20th scan
         (d / "a.json").write_text("{}")
         os.utime(d, (1000, 1000))  # the directory's mtime is old enough to trust
+        time.sleep(0.06)  # its last change (the ctime) a tick old
         scanner.scan(startup=True)
         self.assertIsNone(scanner.scan())
         scanner.forget("a.json")  # as a worker does after deleting it
@@ -3019,6 +3020,7 @@ class ScannerPartTest(unittest.TestCase):
         for name in names:
             (d / name).write_text("{}")
         os.utime(d, (1000, 1000))
+        time.sleep(0.06)  # its last change (the ctime) a tick old
         scanner.scan(startup=True)
         for name in reversed(names):  # each rewritten in place, found within one round of three batches
             with self.subTest(name=name), \
@@ -3033,6 +3035,7 @@ class ScannerPartTest(unittest.TestCase):
         for name in ("a.json", "b.json", "c.json"):
             (d / name).write_text("{}")
         os.utime(d, (1000, 1000))
+        time.sleep(0.06)  # its last change (the ctime) a tick old
         scanner.scan(startup=True)
         for _ in range(3000):  # 10 minutes of sweeps
             self.assertIsNone(scanner.scan())
@@ -3046,6 +3049,7 @@ class ScannerPartTest(unittest.TestCase):
         scanner = mom_events._Scanner(str(d), 0.01)
         (d / "a.json").write_text("{}")
         os.utime(d, (1000, 1000))
+        time.sleep(0.06)  # its last change (the ctime) a tick old
         scanner.scan(startup=True)
         with mock.patch.object(mom_events, "_list", side_effect=AssertionError("listed")):
             for _ in range(10):
@@ -3096,8 +3100,8 @@ class ScanTest(unittest.TestCase):
         return calls
 
     def settled(self, h):
-        """Make the directory's mtime old enough to trust, then tick once."""
-        os.utime(h.dir, (time.time() - 60, time.time() - 60))
+        """Let the directory's last change (its ctime) grow old enough to trust, then tick once."""
+        time.sleep(0.06)  # its last change (the ctime) a tick old
         h.tick(h.now + 0.1)
 
     def test_an_unchanged_directory_is_not_listed_again(self):
@@ -3114,10 +3118,10 @@ class ScanTest(unittest.TestCase):
         h = Harness(self)
         h.start()
         calls = self.counting_lists()
-        future = time.time() + 3600  # an mtime that stays "too recent" through the test
-        os.utime(h.dir, (future, future))
-        h.tick(h.now + 0.1)
-        h.tick(h.now + 0.1)
+        os.utime(h.dir)
+        with mock.patch.object(mom_events, "_FINE_TICK_NS", 10**10):  # 10 s, for the test: too recent to trust
+            h.tick(h.now + 0.1)
+            h.tick(h.now + 0.1)
         self.assertEqual(len(calls), 2)
 
     def test_a_rename_over_an_existing_file_is_seen_by_the_listing(self):
@@ -3176,6 +3180,26 @@ class ScanTest(unittest.TestCase):
         fine = second + 123_456_789
         self.assertTrue(mom_events._is_racy(fine + 49_000_000, fine))
         self.assertFalse(mom_events._is_racy(fine + 50_000_000, fine))
+        # ahead of the clock (a clock stepped back): within a tick still racy, beyond it not (found by the
+        # second adversarial pass of issue 32: 200 files were read at every poll for the hour of the step)
+        self.assertTrue(mom_events._is_racy(fine - 49_000_000, fine))
+        self.assertFalse(mom_events._is_racy(fine - 50_000_000, fine))
+        self.assertFalse(mom_events._is_racy(second - 3600 * 10**9, second))
+
+    def test_a_directory_whose_mtime_is_ahead_is_not_listed_at_every_scan(self):
+        """Found by the second adversarial pass of issue 32: ``touch -d 2031``
+        on the directory made every poll list 5,000 files (9 % of a core)."""
+        d = temp_dir(self, "mom_events_scan_")
+        scanner = mom_events._Scanner(str(d), 0.01)
+        (d / "a.json").write_text("{}")
+        future = time.time() + 5 * 365 * 86400
+        os.utime(d, (future, future))
+        scanner.scan(startup=True)
+        time.sleep(0.06)  # its last change a tick old
+        scanner.scan()
+        with mock.patch.object(mom_events, "_list", side_effect=AssertionError("listed")):
+            for _ in range(10):
+                self.assertIsNone(scanner.scan())
 
 
 class SweepForgetsTest(unittest.TestCase):
@@ -3219,6 +3243,7 @@ class SweepForgetsTest(unittest.TestCase):
             os.unlink(d / name)
             scanner.forget(name)  # as the harness does when it deletes a file
         os.utime(d, (1000, 1000))  # unchanged as far as a listing can tell: only the forgetting says it
+        time.sleep(0.06)  # its last change (the ctime) a tick old
         scanner.scan()
         kept = (scanner._snapshot, scanner._listing, scanner._warned, scanner._sweep_names)
         self.assertEqual([name for names in kept for name in names], [])
@@ -4677,6 +4702,40 @@ class CrashTest(unittest.TestCase):
                 after.tick(after.now + delay)
         self.assertEqual([(e.filename, e.type) for _, e in after.fired], [("bad.json", "rejected")])
         self.assertTrue(after.exists("bad.json.rejected"))
+
+    def test_what_is_open_goes_with_the_journal_to_a_directory_made_anew(self):
+        """Found by the second adversarial pass of issue 32: after the
+        directory was made anew, the journal was still the deleted one's, so
+        a harness killed then left the next nothing: a notice it had yet to
+        send was lost, and a command it ran was neither stopped nor recorded."""
+        h = self.harness()
+        h.start()
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        h.dir.mkdir()
+        with self.assertLogs("mom_events", "INFO"):
+            h.tick(h.now + 0.1)  # its lock first,
+            h.tick(h.now + 0.1)  # then a look
+        h.w._files.journal.write({"kind": "run", "id": 99, "file": "hook.json", "type": "immediate",
+                                  "channelId": "C1", "due": None, "sig": None, "final": True})  # running now
+        h.write("bad.json", {"type": "one-shot", "channelId": "C3", "text": "x"})
+        with self.assertLogs("mom_events", "ERROR"):
+            for delay in (0.1, 0.1, 0.2, 0.4):  # seen, the retries, then the rename
+                h.tick(h.now + delay, workers=False)
+        self.assertEqual((h.fired, len(h.workers)), ([], 1))  # killed before the notice ran
+        with self.assertLogs("mom_events", "INFO") as logs:
+            after = self.successor(h, h.now + 2, last_beat=h.now)
+        self.assertEqual([(e.filename, e.type) for _, e in after.fired], [("bad.json", "rejected")])
+        self.assertIn(f"WARNING:mom_events:hook.json: cut short: the harness (process {os.getpid()}) died while it "
+                      "ran; its file stays, so it runs again", logs.output)
+
+    def test_a_journal_whose_directory_went_is_not_compacted_into_the_new_one(self):
+        h = self.harness()
+        h.start()
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        h.dir.mkdir()  # not taken yet: maybe another harness's by now
+        with mock.patch.object(mom_events, "_JOURNAL_COMPACT", 0):
+            h.w._files.journal.compact()
+        self.assertEqual(os.listdir(h.dir), [])
 
     def test_a_rejection_notice_is_sent_though_the_harness_dies_before_it_runs(self):
         h = self.harness()
