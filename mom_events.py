@@ -1734,46 +1734,6 @@ class _DirectoryLock:
             self._fd = None
 
 
-class _Hold:
-    """This harness's hold on its events directory: the lock of the
-    directory it looks into, and its heartbeat.  A directory deleted and
-    made again is another directory, whose lock is taken (``again``) before
-    anything in it is handled."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        self._lock: _DirectoryLock | None = None
-
-    def take(self) -> _DirectoryLock:
-        """Make the directory if missing and take its lock.  EventError names
-        the process that holds it."""
-        os.makedirs(self.directory, exist_ok=True)
-        self._lock = lock = _DirectoryLock(self.directory)
-        if lock.directory_mode & stat.S_IWOTH:  # whoever writes a file there acts as the agent
-            log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
-                        self.directory, self.directory)
-        return lock
-
-    def again(self) -> _DirectoryLock:
-        """The directory was made anew: take its lock instead (EventError:
-        another harness has it)."""
-        lock = _DirectoryLock(self.directory)
-        self.release()
-        self._lock = lock
-        log.info("events directory %s was made anew; took its lock", self.directory)
-        return lock
-
-    def beat(self, now: float) -> None:
-        """A sign of life in the lock file at ``now`` (every _HEARTBEAT)."""
-        if self._lock is not None:
-            self._lock.beat(now=now)
-
-    def release(self, now: float | None = None) -> None:
-        """Let go of the lock; ``now``: a clean stop then."""
-        if self._lock is not None:
-            self._lock.release(clean=now is not None, now=now)  # once: it closes its descriptor only once
-
-
 # ---------------------------------------------------------------------------
 # What a harness leaves for the next: its runs' processes, and the journal
 # ---------------------------------------------------------------------------
@@ -2130,7 +2090,7 @@ class _Journal:
             self._broken = False
 
 
-_Record: TypeAlias = Callable[..., None]  # _Files.record: a line of the history, if kept
+_Record: TypeAlias = Callable[..., None]  # _Outbox.record: a line of the history, if kept
 
 
 def _recover(directory: str, journal: _Journal,
@@ -2389,7 +2349,7 @@ class _Scanner:
             raise NotADirectoryError(self.directory)
         dir_id = _directory_id(dir_st)
         if self.directory_id is not None and dir_id != self.directory_id:
-            self.moved = True  # made anew: its lock comes first (EventsWatcher._relock)
+            self.moved = True  # made anew: its lock comes first (_Hold.again)
             return None
         if self._dir_fd_id != dir_id:
             self._open_dir()
@@ -2468,6 +2428,77 @@ class _Scanner:
         if self._trouble != problem:
             log.error("events directory %s %s; waiting for it", self.directory, problem)
             self._trouble = problem
+
+
+class _Hold:
+    """This harness's hold on its events directory: the lock of the
+    directory it looks into, its heartbeat, and what goes with that
+    directory: the scanner looks into it alone, and the journal is kept in
+    it.  A directory deleted and made again is another directory, whose lock
+    is taken (``again``) before anything in it is handled."""
+
+    def __init__(self, directory: str, scanner: _Scanner, journal: _Journal) -> None:
+        self.directory = directory
+        self._scanner = scanner
+        self._journal = journal
+        self._lock: _DirectoryLock | None = None
+
+    def take(self) -> tuple[float, bool] | None:
+        """Make the directory if missing and take its lock; returns its
+        previous holder's trace.  EventError names the process that holds it."""
+        os.makedirs(self.directory, exist_ok=True)
+        self._lock = lock = _DirectoryLock(self.directory)
+        if lock.directory_mode & stat.S_IWOTH:  # whoever writes a file there acts as the agent
+            log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
+                        self.directory, self.directory)
+        self._scanner.attach(lock.directory_id)
+        return lock.trace
+
+    def wait(self, stop: threading.Event, clock: Callable[[], float],
+             ping: Callable[[float], None]) -> tuple[float, bool] | None:
+        """A standby's: try the lock a few times a second until its holder
+        has gone, or ``stop`` is set; returns that holder's trace.  A holder
+        that shows no sign of life for _HUNG is said to hang, once."""
+        hung = False
+        while not stop.wait(_STANDBY_TRY):
+            ping(time.monotonic())
+            try:
+                return self.take()
+            except (EventError, OSError) as exc:
+                silent = clock() - (_last_beat(self.directory) or math.inf)
+                if silent > _HUNG and not hung:
+                    log.warning("%s, and has shown no sign of life for %s: it may hang (under systemd, WatchdogSec= "
+                                "replaces a harness that hangs)", exc, _span(silent))
+                hung = silent > _HUNG
+        return None
+
+    def again(self) -> None:
+        """The directory was made anew: take its lock instead, and carry the
+        journal over; what is in it was written while the harness did not
+        look (``came_back``).  EventError: another harness has it."""
+        try:
+            lock = _DirectoryLock(self.directory)
+        except OSError as exc:
+            self._scanner.problem(f"cannot be locked ({exc.strerror})")
+            return
+        if self._lock is not None:
+            self._lock.release(clean=False)
+        self._lock = lock
+        log.info("events directory %s was made anew; took its lock", self.directory)
+        self._scanner.attach(lock.directory_id)
+        self._scanner.came_back = True
+        self._journal.move()  # the old one went with the old directory
+
+    def beat(self, now: float) -> None:
+        """A sign of life in the lock file at ``now`` (every _HEARTBEAT)."""
+        if self._lock is not None:
+            self._lock.beat(now=now)
+
+    def release(self, now: float) -> None:
+        """Let go of the directory (a clean stop at ``now``): its lock and the scanner's descriptor."""
+        if self._lock is not None:
+            self._lock.release(now=now)  # once: it closes its descriptor only once
+        self._scanner.close()
 
 
 # ---------------------------------------------------------------------------
@@ -2603,6 +2634,80 @@ async def _awaited(awaitable: Awaitable[_T]) -> _T:
     return await awaitable
 
 
+class _Loop:
+    """The bridge to the event loop that a coroutine callback runs on: the
+    worker calls the callback and waits for its coroutine, so that the
+    channel's next job waits too."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, needed: bool, on_lost: Callable[[], None]) -> None:
+        self.loop = loop
+        self.needed = needed  # a callback is a coroutine function
+        self._on_lost = on_lost
+        self._lock = threading.Lock()
+        self._gone = False
+
+    def find(self) -> None:
+        """None given: the loop running now, if any (TypeError if needed)."""
+        asyncio = sys.modules.get("asyncio")  # not imported: no loop can be running
+        if self.loop is None and asyncio is not None:
+            try:
+                self.loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+        if self.loop is None and self.needed:
+            raise TypeError("a coroutine handler or on_error needs an event loop: call start() "
+                            "inside one (or use 'async with'), or pass loop=")
+
+    def closed(self) -> bool:
+        """The loop a callback needs is closed: its events could never run."""
+        if self.needed and self.loop is not None and self.loop.is_closed():
+            self.lost()
+            return True
+        return False
+
+    def call(self, fn: Callable[..., object], *args: object) -> object:
+        """Call a callback on this worker thread; if it gives a coroutine, run
+        that on the loop and wait here."""
+        result = fn(*args)
+        if not inspect.isawaitable(result):
+            return result
+        import asyncio
+        import concurrent.futures
+        loop = self.loop
+        if loop is None:
+            if inspect.iscoroutine(result):
+                result.close()
+            raise TypeError(f"{fn!r} returned an awaitable, but there is no event loop to run it on")
+        wrapper = _awaited(result)
+        try:
+            future = asyncio.run_coroutine_threadsafe(wrapper, loop)
+        except RuntimeError:  # the loop is closed
+            wrapper.close()
+            if inspect.iscoroutine(result):
+                result.close()
+            self.lost()
+            raise _Interrupted("the event loop is closed") from None
+        while True:
+            try:
+                return future.result(timeout=0.25)
+            except concurrent.futures.TimeoutError:
+                if loop.is_closed() or not loop.is_running():  # stopped: nothing will run it
+                    future.cancel()
+                    self.lost()
+                    raise _Interrupted("the event loop stopped while it ran") from None
+            except concurrent.futures.CancelledError:
+                raise _Interrupted("cancelled on the event loop") from None
+
+    def lost(self) -> None:
+        """The loop the coroutines run on is closed or stopped: tell the
+        watcher, once."""
+        with self._lock:
+            if self._gone:
+                return
+            self._gone = True
+        self._on_lost()
+
+
 def _start_thread(target: Callable[[], None]) -> threading.Thread:
     thread = threading.Thread(target=target, name="mom_events-worker", daemon=True)
     thread.start()
@@ -2621,11 +2726,11 @@ class _Channels:
     files may name a new channel every time, and a channel with nothing to
     do costs nothing (``_retire``)."""
 
-    def __init__(self, perform: Callable[[_Job], None], max_queued: int, on_lost_loop: Callable[[], None]):
-        self.loop: asyncio.AbstractEventLoop | None = None
+    def __init__(self, perform: Callable[[_Job], None], max_queued: int,
+                 call: Callable[[Callable[[], object]], object]):
         self._perform = perform
         self._max_queued = max_queued
-        self._on_lost_loop = on_lost_loop
+        self._call = call  # a submitted fn's (it may be a coroutine function)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # idle workers wait on it
         self._done = threading.Condition(self._lock)  # a job finished or a worker went
@@ -2636,7 +2741,6 @@ class _Channels:
         self._idle = 0                        # ... of which waiting for work
         self._busy_since: dict[int, float] = {}  # thread ident -> when its job started
         self._closed = False
-        self._loop_gone = False
         self._linger = _LINGER
         self._spawn: Callable[[Callable[[], None]], object] = _start_thread
         self._spawning: int | None = None  # the thread in self._spawn, while it is
@@ -2887,56 +2991,12 @@ class _Channels:
             if job.fn is None:
                 self._perform(job)
             else:
-                self.call(job.fn)
+                self._call(job.fn)
         except _Interrupted as exc:
             log.warning("function submitted to channel %s: %s", job.channel, exc)
         except BaseException as exc:
             what = "function submitted to channel" if job.fn is not None else "internal error on channel"
             log.error("%s %s raised: %s", what, job.channel, exc, exc_info=exc)
-
-    # -- the bridge to a coroutine's event loop ------------------------------------
-
-    def call(self, fn: Callable[..., object], *args: object) -> object:
-        """Call a callback on this worker thread; if it gives a coroutine, run
-        that on the loop and wait here, so the channel's next job waits too."""
-        result = fn(*args)
-        if not inspect.isawaitable(result):
-            return result
-        import asyncio
-        import concurrent.futures
-        loop = self.loop
-        if loop is None:
-            if inspect.iscoroutine(result):
-                result.close()
-            raise TypeError(f"{fn!r} returned an awaitable, but there is no event loop to run it on")
-        wrapper = _awaited(result)
-        try:
-            future = asyncio.run_coroutine_threadsafe(wrapper, loop)
-        except RuntimeError:  # the loop is closed
-            wrapper.close()
-            if inspect.iscoroutine(result):
-                result.close()
-            self.lost_loop()
-            raise _Interrupted("the event loop is closed") from None
-        while True:
-            try:
-                return future.result(timeout=0.25)
-            except concurrent.futures.TimeoutError:
-                if loop.is_closed() or not loop.is_running():  # stopped: nothing will run it
-                    future.cancel()
-                    self.lost_loop()
-                    raise _Interrupted("the event loop stopped while it ran") from None
-            except concurrent.futures.CancelledError:
-                raise _Interrupted("cancelled on the event loop") from None
-
-    def lost_loop(self) -> None:
-        """The loop the coroutines run on is closed or stopped: tell the
-        watcher, once."""
-        with self._lock:
-            if self._loop_gone:
-                return
-            self._loop_gone = True
-        self._on_lost_loop()
 
 
 # ---------------------------------------------------------------------------
@@ -3116,11 +3176,12 @@ class _Runs:
     needs travels on its job, and a run that finished goes on ``finished``
     for the writer to take in (``_Files.settle``)."""
 
-    def __init__(self, journal: _Journal, record: _Record, channels: _Channels, handler: Callable[[Event], object],
-                 on_error: Callable[[Event, BaseException], object], clock: Callable[[], float]) -> None:
+    def __init__(self, journal: _Journal, record: _Record, call: Callable[..., object],
+                 handler: Callable[[Event], object], on_error: Callable[[Event, BaseException], object],
+                 clock: Callable[[], float]) -> None:
         self._journal = journal
         self._record = record
-        self._channels = channels
+        self._call = call  # the callbacks' (_Loop.call)
         self._handler = handler
         self._on_error = on_error
         self._clock = clock
@@ -3164,19 +3225,125 @@ class _Runs:
         Returns whether it ran to its end (not when cut short at shutdown:
         then its file stays) and what went wrong, in one line, if anything."""
         try:
-            self._channels.call(self._handler, event)
+            self._call(self._handler, event)
         except _Interrupted as exc:
             log.warning("%s: %s; its file stays", event.filename, exc)
             return False, f"interrupted: {exc}"
         except BaseException as exc:  # no worker ever dies
             try:
-                self._channels.call(self._on_error, event, exc)
+                self._call(self._on_error, event, exc)
             except _Interrupted:
                 pass
             except BaseException as second:
                 log.error("%s: on_error raised: %s", event.filename, second, exc_info=second)
             return True, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return True, None
+
+
+class _Outbox:
+    """What the files send to the channels, occurrences and notices to the
+    agent, each journaled and recorded in the history as it goes, so that a
+    harness killed at any moment leaves the next one what it needs."""
+
+    def __init__(self, channels: _Channels, journal: _Journal, history: _History | None, max_queued: int,
+                 notify: bool, zone: ZoneInfo | None) -> None:
+        self.journal = journal
+        self.history = history
+        self._channels = channels
+        self._max_queued = max_queued
+        self._notify = notify
+        self._zone = zone  # the user's: an interval's due time is shown in it
+
+    def record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
+        """History, if kept; costs one call when not (it runs on the firing path)."""
+        if self.history is not None:
+            self.history.record(outcome, filename, event, **fields)
+
+    def occurrence(self, f: _File, due: float | None, late: float | None, final: bool) -> str:
+        """Put an occurrence of the file's event, due at ``due``, on its
+        channel's queue, unless the previous one still waits there ("merged":
+        that one is the last now, if ``final``).  After the ``final`` one has
+        run, the file is deleted.  Otherwise as ``put``."""
+        event = f.parsed
+        occurrence = replace(event, due=_aware(f.timing, due, self._zone), late=late)
+        job = _Job(event.channel_id, event=occurrence, file=f, generation=f.generation,
+                   sig=f.sig, digest=f.digest, due=due, final=final, id=self.journal.next_id())
+        if f.queued is not None and self._channels.merge(f.queued, final):
+            log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
+                     f.name, event.channel_id)
+            self.record("coalesced", f.name, event, dueAt=due, detail="its previous occurrence is still waiting")
+            self.journal.fired(job, queued=False)
+            return "merged"
+        outcome = self.put(job)
+        if outcome == "queued":
+            f.queued = job
+        return outcome
+
+    def withdraw(self, job: _Job) -> bool:
+        """Take an occurrence out of its queue, if it still waits there."""
+        withdrawn = self._channels.withdraw(job)
+        if withdrawn:
+            self.journal.fired(job, queued=False)
+        return withdrawn
+
+    def counted(self, f: _File, verdict: _Verdict, now: float) -> None:
+        """The occurrences of a periodic file missed before ``now`` are said,
+        once (the journal's "counted" keeps the next harness from again)."""
+        missed = verdict.missed
+        caught = "; running the latest now, late (catchUp)" if f.parsed.catch_up and verdict.action != "drop" else ""
+        detail = (f"{missed}{' or more' if missed >= _MISSED_COUNT else ''} occurrence{'s' if missed > 1 else ''} "
+                  f"fell due while no harness was running{caught}")
+        log.info("%s: %s", f.name, detail)
+        self.record("missed", f.name, f.event, dueAt=verdict.catch_up, detail=detail)
+        self.journal.write({"kind": "counted", "file": f.name, "mtime": f.sig[3], "until": now})
+
+    def announce(self, f: _File, notice: Event | None) -> _Job | None:
+        """A notice to the agent about one of its files (rejected, missed), on
+        the channel the file names, unless notices are turned off: journaled
+        before the file is renamed or deleted, so that it is sent even if the
+        harness dies then (``tell`` queues it, ``retract`` takes it back)."""
+        if notice is None or not self._notify:
+            return None
+        job = _Job(notice.channel_id, event=notice, id=self.journal.next_id())
+        fields = {"filename": notice.filename, "type": notice.type, "channel_id": notice.channel_id,
+                  "text": notice.text, "at": notice.at, "schedule": notice.schedule, "timezone": notice.timezone}
+        self.journal.write({"kind": "notice", "id": job.id, "file": f.name, "sig": list(f.sig), "event": fields})
+        return job
+
+    def tell(self, notice: _Job | None) -> None:
+        if notice is not None:
+            self.put(notice)
+
+    def retract(self, notice: _Job | None) -> None:
+        if notice is not None:
+            self.journal.write({"kind": "end", "id": notice.id, "ran": False})
+
+    def resend(self, notices: list[dict[str, Any]]) -> None:
+        """Queue the notices a harness that died did not send (``_recover``)."""
+        for notice in notices:
+            event = Event(**notice["event"])
+            log.info("%s: sending the %s the last harness did not send", event.filename, _NOTICES[event.type])
+            self.put(_Job(event.channel_id, event=event, id=notice["id"]))
+
+    def put(self, job: _Job) -> str:
+        """Onto its channel's queue: "queued", "full" (discarded, and said
+        so) or "closed" (the watcher stops: nothing is queued or recorded,
+        and the file stays for the next start)."""
+        event = job.occurrence
+
+        def admitted() -> None:  # before the job can start: its run's records come after these
+            self.record("queued", event.filename, event, dueAt=job.due)
+            self.journal.fired(job, queued=True)
+
+        outcome = self._channels.put(job, admitted)
+        if outcome == "full":
+            self.journal.fired(job, queued=False)
+            log.warning("%s: channel %s already has %d events waiting; discarding this %s",
+                        event.filename, event.channel_id, self._max_queued,
+                        _NOTICES.get(event.type, "occurrence"))
+            self.record("discarded", event.filename, event, dueAt=job.due,
+                        detail=f"{self._max_queued} events already waiting on the channel")
+        return outcome
 
 
 class _Files:
@@ -3189,21 +3356,14 @@ class _Files:
     it runs, then the one that closes the watcher.  So it has no lock.  The
     runs themselves are ``runs``' (``_Runs``), on the workers."""
 
-    def __init__(self, directory: str, scanner: _Scanner, channels: _Channels, history: _History | None,
-                 handler: Callable[[Event], object], on_error: Callable[[Event, BaseException], object],
-                 max_queued: int, notify: bool, clock: Callable[[], float], zone: ZoneInfo | None) -> None:
+    def __init__(self, directory: str, scanner: _Scanner, out: _Outbox, finished: deque[_Job]) -> None:
         self.directory = directory
-        self._zone = zone  # the user's: an interval's due time is shown in it
         self._known: dict[str, _File] = {}
         self._racy: dict[str, _File] = {}  # those of them read too soon after their last write to trust
         self.schedule = _Schedule(self._known)
-        self.history = history
-        self.journal = _Journal(directory)
-        self.runs = _Runs(self.journal, self.record, channels, handler, on_error, clock)
         self._scanner = scanner
-        self._channels = channels
-        self._max_queued = max_queued
-        self._notify = notify
+        self._out = out
+        self._finished = finished  # the runs that ended whose files go (_Runs.finished)
 
     def apply(self, changes: _Changes, now: float, first_look: _Startup | None = None) -> None:
         """Act on what a scan found, each file on its own; ``first_look``: the
@@ -3252,16 +3412,9 @@ class _Files:
 
     def settle(self) -> None:
         """Take in the runs the workers finished: delete their files."""
-        while self.runs.finished:
-            job = self.runs.finished.popleft()
+        while self._finished:
+            job = self._finished.popleft()
             self._guarded(job.occurrence.filename, self._delete_after_run, job)
-
-    def resend(self, notices: list[dict[str, Any]]) -> None:
-        """Queue the notices a harness that died did not send (``_recover``)."""
-        for notice in notices:
-            event = Event(**notice["event"])
-            log.info("%s: sending the %s the last harness did not send", event.filename, _NOTICES[event.type])
-            self._put(_Job(event.channel_id, event=event, id=notice["id"]))
 
     def _changed(self, name: str, sig: _Sig, now: float, first_look: _Startup | None = None) -> None:
         """A name appeared or changed: drop what was scheduled, read it again."""
@@ -3299,7 +3452,7 @@ class _Files:
             f.event = None
             log.error("%s; leaving the file in place", exc)
             written = _as_written(data)
-            self.record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"),
+            self._out.record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"),
                         detail=exc.reason + "; the file stays")
             return
         except EventError as exc:
@@ -3345,24 +3498,24 @@ class _Files:
             self._gone(f.name)
             return
         rejected, written = f.name + ".rejected", _as_written(data)
-        notice = self._announce(f, _rejected_event(f.name, reason, written,
+        notice = self._out.announce(f, _rejected_event(f.name, reason, written,
                                                    f"The file is now {rejected}: fix it and move it back to {f.name}."))
         try:
             os.replace(taken, os.path.join(self.directory, rejected))
         except OSError as exc:
             log.error("%s: %s; cannot rename it to %s (%s), so deleting it",
                       f.name, reason, rejected, exc.strerror or exc)
-            self._retract(notice)
+            self._out.retract(notice)
             fate = f"It could not be kept as {rejected}, so it was deleted: write it again, fixed."
-            notice = self._announce(f, _rejected_event(f.name, reason, written, fate))
-            if not self._unlink_taken(f, taken):
-                self._retract(notice)  # it said why; it never runs in this process
+            notice = self._out.announce(f, _rejected_event(f.name, reason, written, fate))
+            if not self._delete(f, taken):
+                self._out.retract(notice)  # it said why; it never runs in this process
                 notice = None
         else:
             log.error("%s: %s; renamed to %s", f.name, reason, rejected)
             self._gone(f.name)
-        self.record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"), detail=reason)
-        self._tell(notice)
+        self._out.record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"), detail=reason)
+        self._out.tell(notice)
 
     def _guarded(self, name: str, step: Callable[[*_Ts], None], *args: *_Ts) -> None:
         """One file's step.  An unexpected error in it is that file's alone:
@@ -3389,14 +3542,7 @@ class _Files:
         """A valid event (``data``, just read): act on the judge's verdict."""
         verdict = _judge(event, f.timing, f.sig[3], now, f.first_look)
         if verdict.missed:  # a periodic event's occurrences that fell in a downtime
-            count = f"{verdict.missed}{' or more' if verdict.missed >= _MISSED_COUNT else ''}"
-            caught = ("; running the latest now, late (catchUp)" if event.catch_up and verdict.action != "drop"
-                      else "")
-            detail = (f"{count} occurrence{'s' if verdict.missed > 1 else ''} fell due while no harness was "
-                      f"running{caught}")
-            log.info("%s: %s", f.name, detail)
-            self.record("missed", f.name, event, dueAt=verdict.catch_up, detail=detail)
-            self.journal.write({"kind": "counted", "file": f.name, "mtime": f.sig[3], "until": now})
+            self._out.counted(f, verdict, now)
         if verdict.action in ("schedule", "run") and (note := f.timing.note(now)) is not None:
             log.info("%s: %s", f.name, note)
         if verdict.action == "schedule":
@@ -3412,16 +3558,16 @@ class _Files:
             self._invalid(f, verdict.reason, data)
         else:
             log.info("%s: %s; deleting it without running", f.name, verdict.reason)
-            self.record(verdict.outcome, f.name, event, dueAt=verdict.due)
+            self._out.record(verdict.outcome, f.name, event, dueAt=verdict.due)
             notice = None
             if verdict.outcome == "missed":
                 # the judge's contract: only a first look misses, and what was missed was due
                 assert verdict.due is not None and f.first_look is not None
-                notice = self._announce(f, _missed_notice(event, f.timing, verdict.due, f.first_look))
+                notice = self._out.announce(f, _missed_notice(event, f.timing, verdict.due, f.first_look))
             if self._delete(f):
-                self._tell(notice)
+                self._out.tell(notice)
             else:
-                self._retract(notice)
+                self._out.retract(notice)
 
     def _fire(self, f: _File, due: float, now: float) -> None:
         """Queue the occurrence due, and schedule the next, if any: after
@@ -3434,75 +3580,20 @@ class _Files:
         self._enqueue(f, due, now - due if now - due >= _LATE else None, math.isinf(after))  # late: a step, a sleep
 
     def _enqueue(self, f: _File, due: float | None, late: float | None, final: bool) -> None:
-        """Put an occurrence of the file's event, due at ``due``, on its
-        channel's queue, unless the previous one still waits there.  After
-        the ``final`` one has run, the file is deleted."""
+        """Send an occurrence (``_Outbox.occurrence``); the ``final`` one
+        discarded by a full queue ends its file here and now."""
         event = f.parsed
-        occurrence = replace(event, due=_aware(f.timing, due, self._zone), late=late)
-        job = _Job(event.channel_id, event=occurrence, file=f, generation=f.generation,
-                   sig=f.sig, digest=f.digest, due=due, final=final, id=self.journal.next_id())
-        if f.queued is not None and self._channels.merge(f.queued, final):  # that one is the last now, if final
-            log.info("%s: its previous occurrence is still waiting on channel %s; not queued again",
-                     f.name, event.channel_id)
-            self.record("coalesced", f.name, event, dueAt=due, detail="its previous occurrence is still waiting")
-            self.journal.fired(job, queued=False)
-            return
-        outcome = self._put(job)
-        if outcome == "queued":
-            f.queued = job
-        elif outcome == "full" and final and self._delete(f) and event.type == "periodic":
-            self.record("ended", f.name, event, detail="its last occurrence was discarded: the queue was full")
-
-    def _announce(self, f: _File, notice: Event | None) -> _Job | None:
-        """A notice to the agent about one of its files (rejected, missed), on
-        the channel the file names, unless notices are turned off: journaled
-        before the file is renamed or deleted, so that it is sent even if the
-        harness dies then (``_tell`` queues it, ``_retract`` takes it back)."""
-        if notice is None or not self._notify:
-            return None
-        job = _Job(notice.channel_id, event=notice, id=self.journal.next_id())
-        fields = {"filename": notice.filename, "type": notice.type, "channel_id": notice.channel_id,
-                  "text": notice.text, "at": notice.at, "schedule": notice.schedule, "timezone": notice.timezone}
-        self.journal.write({"kind": "notice", "id": job.id, "file": f.name, "sig": list(f.sig), "event": fields})
-        return job
-
-    def _tell(self, notice: _Job | None) -> None:
-        if notice is not None:
-            self._put(notice)
-
-    def _retract(self, notice: _Job | None) -> None:
-        if notice is not None:
-            self.journal.write({"kind": "end", "id": notice.id, "ran": False})
-
-    def _put(self, job: _Job) -> str:
-        """Onto its channel's queue: "queued", "full" (discarded, and said
-        so) or "closed" (the watcher stops: nothing is queued or recorded,
-        and the file stays for the next start)."""
-        event = job.occurrence
-
-        def admitted() -> None:  # before the job can start: its run's records come after these
-            self.record("queued", event.filename, event, dueAt=job.due)
-            self.journal.fired(job, queued=True)
-
-        outcome = self._channels.put(job, admitted)
-        if outcome == "full":
-            self.journal.fired(job, queued=False)
-            log.warning("%s: channel %s already has %d events waiting; discarding this %s",
-                        event.filename, event.channel_id, self._max_queued,
-                        _NOTICES.get(event.type, "occurrence"))
-            self.record("discarded", event.filename, event, dueAt=job.due,
-                        detail=f"{self._max_queued} events already waiting on the channel")
-        return outcome
+        if self._out.occurrence(f, due, late, final) == "full" and final and self._delete(f) \
+                and event.type == "periodic":
+            self._out.record("ended", f.name, event, detail="its last occurrence was discarded: the queue was full")
 
     def _cancel(self, f: _File, why: str | None = None) -> None:
         """Kill its schedule entries and its occurrence waiting in a queue;
         with ``why``, what was pending goes to the history as cancelled."""
         due, queued = f.due, f.queued
-        withdrawn = queued is not None and self._channels.withdraw(queued)
-        if withdrawn and queued is not None:
-            self.journal.fired(queued, queued=False)
+        withdrawn = queued is not None and self._out.withdraw(queued)
         if why and f.event is not None and (due is not None or withdrawn):
-            self.record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
+            self._out.record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
                         detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
         self.schedule.cancel(f)
         f.queued = None
@@ -3524,39 +3615,29 @@ class _Files:
         if f is not None and f.generation == job.generation:  # a record forgotten was cancelled too
             event = f.event
             if self._delete(f) and ran.type == "periodic":
-                self.record("ended", f.name, event, detail="its last occurrence has run")
+                self._out.record("ended", f.name, event, detail="its last occurrence has run")
 
-    def _delete(self, f: _File) -> bool:
+    def _delete(self, f: _File, taken: str | None = None) -> bool:
         """Delete the file judged (what was read last: a record read again
-        was cancelled, and its jobs with it); whether it did.  Not when
-        another file has its name now (the next scan reads that one), nor
-        when it cannot be deleted: that is logged once, and it never runs
-        again in this process."""
+        was cancelled, and its jobs with it), or what ``_take`` took of it
+        already; whether it did.  Not when another file has its name now (it
+        is read anew), nor when it cannot be deleted: that is logged once,
+        and it never runs again in this process."""
         try:
-            taken = _take(self.directory, f.name, f.sig, f.digest)
+            taken = taken or _take(self.directory, f.name, f.sig, f.digest)
+            if taken is not None:
+                os.unlink(taken)
         except OSError as exc:
-            return self._undeletable(f, exc)
-        if taken is None:  # what has the name now is read anew
-            self._gone(f.name)
+            if taken is not None:
+                _put_back(taken, os.path.join(self.directory, f.name))
+            if not f.spent:
+                log.error("%s: cannot delete it (%s); it will not run again while this harness runs",
+                          f.name, exc.strerror or exc)
+            self._cancel(f)
+            f.spent, f.event = True, None
             return False
-        return self._unlink_taken(f, taken)
-
-    def _unlink_taken(self, f: _File, taken: str) -> bool:
-        try:
-            os.unlink(taken)
-        except OSError as exc:
-            _put_back(taken, os.path.join(self.directory, f.name))
-            return self._undeletable(f, exc)
         self._gone(f.name)
-        return True
-
-    def _undeletable(self, f: _File, exc: OSError) -> bool:
-        if not f.spent:
-            log.error("%s: cannot delete it (%s); it will not run again while this harness runs",
-                      f.name, exc.strerror or exc)
-        self._cancel(f)
-        f.spent, f.event = True, None
-        return False
+        return taken is not None
 
     def _gone(self, name: str, why: str | None = None) -> None:
         """The name no longer holds the file judged (the harness deleted or
@@ -3564,11 +3645,6 @@ class _Files:
         has the name next is new, even a file with the old one's stat."""
         self._forget(name, why)
         self._scanner.forget(name)
-
-    def record(self, outcome: str, filename: str, event: Event | None = None, **fields: float | str | None) -> None:
-        """History, if kept; costs one call when not (it runs on the firing path)."""
-        if self.history is not None:
-            self.history.record(outcome, filename, event, **fields)
 
 
 
@@ -3620,15 +3696,16 @@ class EventsWatcher:
         self._on_halt = on_halt or (lambda reason: None)
         self._poll_interval = poll_interval
         self._clock = clock
-        self._needs_loop = _is_async(handler) or _is_async(on_error)
         self._scanner = _Scanner(self.events_dir, poll_interval, None if history is None else os.fspath(history))
-        self._channels = _Channels(lambda job: self._files.runs.perform(job), max_queued, self._lost_loop)
-        self._channels.loop = loop
+        self._loop = _Loop(loop, _is_async(handler) or _is_async(on_error), self._lost_loop)
+        self._channels = _Channels(lambda job: self._runs.perform(job), max_queued, self._loop.call)
         if spawn is not None:
             self._channels.spawn(spawn)
-        self._files = _Files(self.events_dir, self._scanner, self._channels,
-                             _History(history) if history is not None else None,
-                             handler, on_error or _log_error, max_queued, notify and notify_rejected, clock, zone)
+        self._journal = _Journal(self.events_dir)
+        self._out = _Outbox(self._channels, self._journal, None if history is None else _History(history),
+                            max_queued, notify and notify_rejected, zone)
+        self._runs = _Runs(self._journal, self._out.record, self._loop.call, handler, on_error or _log_error, clock)
+        self._files = _Files(self.events_dir, self._scanner, self._out, self._runs.finished)
         self._schedule = self._files.schedule
         self._misfire_grace = misfire_grace
         self._first_look: _Startup | None = None  # until a look at the directory succeeds
@@ -3640,7 +3717,7 @@ class EventsWatcher:
         self._closer: threading.Thread | None = None  # the last writer: lets the directory go
         self._wake = threading.Event()  # set when stopping: a standby's wait ends at once
         self._stopping = False
-        self._hold = _Hold(self.events_dir)
+        self._hold = _Hold(self.events_dir, self._scanner, self._journal)
         self._standby = standby
         self._systemd = _Systemd(os.environ if systemd else {})
         self.active = False  # holds the directory and schedules its events
@@ -3653,23 +3730,14 @@ class EventsWatcher:
         EventError naming the process when another harness watches it.
         ``thread=False``: no scheduler thread; the caller takes each step()
         itself, as ``sched.scheduler.run(blocking=False)`` lets it."""
-        asyncio = sys.modules.get("asyncio")  # not imported: no loop can be running
-        if self._channels.loop is None:
-            try:
-                if asyncio is None:
-                    raise RuntimeError("no running event loop")
-                self._channels.loop = asyncio.get_running_loop()
-            except RuntimeError:
-                if self._needs_loop:
-                    raise TypeError("a coroutine handler or on_error needs an event loop: call start() "
-                                    "inside one (or use 'async with'), or pass loop=") from None
+        self._loop.find()
         with self._life:
             if self._closer is not None:
                 raise RuntimeError("this EventsWatcher was stopped; make a new one to watch again")
             if self._thread is not None or self._stepped:
                 raise RuntimeError("an EventsWatcher can be started only once")
             try:
-                trace = self._take_lock()
+                trace = self._hold.take()
             except EventError as exc:
                 if not self._standby or not thread:  # a standby waits on a thread of its own
                     raise
@@ -3695,7 +3763,7 @@ class EventsWatcher:
         """Run ``fn()`` on the channel's queue, as a user's own message would
         (a coroutine function runs on the loop).  Returns False, running
         nothing, while the channel runs or has anything waiting."""
-        if self._channels.loop is None and _is_async(fn):
+        if self._loop.loop is None and _is_async(fn):
             raise TypeError("a coroutine function needs an event loop: pass loop= or start() inside one")
         return self._channels.submit(channel_id, fn)
 
@@ -3748,8 +3816,7 @@ class EventsWatcher:
 
     async def __aenter__(self) -> EventsWatcher:
         import asyncio
-        if self._channels.loop is None:
-            self._channels.loop = asyncio.get_running_loop()
+        self._loop.find()
         await asyncio.to_thread(self.start)  # the start-up scan reads files: not on the loop
         return self
 
@@ -3771,39 +3838,29 @@ class EventsWatcher:
         if down_since is None and waiting_since is not None:  # a standby for a harness that leaves no trace
             grace = max(grace, _TAKEOVER_GRACE)
         stale_before = waiting_since if down_since is None and waiting_since is not None else now
-        accounts, notices = _recover(self.events_dir, self._files.journal, self._files.record)  # before anything runs
+        accounts, notices = _recover(self.events_dir, self._journal, self._out.record)  # before anything runs
         self._first_look = _Startup(now, down_since, stale_before, grace, last_alive, accounts)
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
-        self._files.resend(notices)
+        self._out.resend(notices)
         self._hold.beat(now)  # only now: killed during its start-up, it leaves the previous trace
 
     def _stand_by(self) -> None:
-        """Another harness holds the directory: try its lock a few times a
-        second, and take over once that harness has gone, however it went."""
-        waiting_since, hung = self._clock(), False
-        while not self._wake.wait(_STANDBY_TRY):
-            self._systemd.ping(time.monotonic())
-            try:
-                trace = self._take_lock()
-            except (EventError, OSError) as exc:
-                silent = self._clock() - (_last_beat(self.events_dir) or math.inf)
-                if silent > _HUNG and not hung:
-                    log.warning("%s, and has shown no sign of life for %s: it may hang (under systemd, WatchdogSec= "
-                                "replaces a harness that hangs)", exc, _span(silent))
-                hung = silent > _HUNG
-                continue
-            try:
-                self._startup(self._clock(), trace, waiting_since)
-            except Exception as exc:
-                log.debug("traceback of the failed takeover", exc_info=exc)
-                self._halt(f"cannot take over {self.events_dir}: {type(exc).__name__}: {exc}")
-                return
-            log.warning("took over %s: the harness that held it has gone (%d events scheduled)",
-                        self.events_dir, self._files.scheduled())
-            self._systemd.send(f"STATUS=watching {self.events_dir} (took over)")
-            self._run()
+        """Another harness holds the directory: take over once it has gone, however it went."""
+        waiting_since = self._clock()
+        trace = self._hold.wait(self._wake, self._clock, self._systemd.ping)
+        if self._wake.is_set():
             return
+        try:
+            self._startup(self._clock(), trace, waiting_since)
+        except Exception as exc:
+            log.debug("traceback of the failed takeover", exc_info=exc)
+            self._halt(f"cannot take over {self.events_dir}: {type(exc).__name__}: {exc}")
+            return
+        log.warning("took over %s: the harness that held it has gone (%d events scheduled)",
+                    self.events_dir, self._files.scheduled())
+        self._systemd.send(f"STATUS=watching {self.events_dir} (took over)")
+        self._run()
 
     def _tick(self, now: float, poll: bool = True) -> tuple[float, str] | None:
         """One step of the scheduler on wall-clock ``now``: take in the runs
@@ -3825,9 +3882,7 @@ class EventsWatcher:
         while not self._stopping:
             timeout = self._poll_interval
             try:
-                loop = self._channels.loop
-                if self._needs_loop and loop is not None and loop.is_closed():
-                    self._channels.lost_loop()  # its events could never run
+                if self._loop.closed():
                     break
                 # Clock reads are system calls on some virtual machines: an
                 # idle tick makes as few as it can.
@@ -3863,7 +3918,7 @@ class EventsWatcher:
         last alive (on its clock), and the journal forgets what is done."""
         if mono >= self._next_beat:
             self._hold.beat(now)
-            self._files.journal.compact()  # what fell due before the beat is no concern of the next
+            self._journal.compact()  # what fell due before the beat is no concern of the next
             self._next_beat = mono + _HEARTBEAT
 
     def _poll(self, now: float) -> None:
@@ -3872,7 +3927,10 @@ class EventsWatcher:
         looked at) judges what it finds by the start-up rules for that spell."""
         changes = self._scanner.scan(startup=self._first_look is not None)
         if self._scanner.moved:
-            self._relock()
+            try:
+                self._hold.again()
+            except EventError as exc:  # another harness has it
+                self._halt(str(exc))
             return  # the next poll looks into the new directory, as after a blind spell
         first_look = None
         if not self._scanner.in_trouble:
@@ -3885,35 +3943,6 @@ class EventsWatcher:
         if changes is not None:
             self._files.apply(changes, now, first_look)
 
-    # -- the hold on the directory ---------------------------------------------------
-
-    def _take_lock(self) -> tuple[float, bool] | None:
-        """Take the directory's lock (``_Hold.take``), and look into that
-        directory only; returns its previous holder's trace."""
-        lock = self._hold.take()
-        self._scanner.attach(lock.directory_id)
-        return lock.trace
-
-    def _relock(self) -> None:
-        """The directory was deleted and made again: what is in the new one
-        was written while the harness did not look (``came_back``)."""
-        try:
-            lock = self._hold.again()
-        except EventError as exc:  # another harness has it
-            self._halt(str(exc))
-            return
-        except OSError as exc:
-            self._scanner.problem(f"cannot be locked ({exc.strerror})")
-            return
-        self._scanner.attach(lock.directory_id)
-        self._scanner.came_back = True
-        self._files.journal.move()  # the old one went with the old directory
-
-    def _release(self) -> None:
-        """Let go of the directory: its lock (a clean stop, now) and descriptor."""
-        self._hold.release(self._clock())
-        self._scanner.close()
-
     def _begin_closing(self) -> threading.Thread:
         """Stop scheduling and queueing at once (what waits is dropped, its
         files stay), and hand over to the closer, once; returns the closer."""
@@ -3923,7 +3952,7 @@ class EventsWatcher:
             self._stopping = True
             self._wake.set()
             for job in self._channels.close():
-                self._files.runs.dropped(job)
+                self._runs.dropped(job)
             if self._closer is None:
                 self._closer = threading.Thread(target=self._close, name="mom_events-closer", daemon=True)
                 self._closer.start()
@@ -3937,8 +3966,8 @@ class EventsWatcher:
             self._thread.join()
         self._channels.wait(None)
         self._files.settle()
-        self._files.journal.close()
-        self._release()
+        self._journal.close()
+        self._hold.release(self._clock())
         self.active = False
 
     def _halt(self, reason: str) -> None:

@@ -77,6 +77,11 @@ def put(directory, name, content):
     tmp.rename(directory / name)
 
 
+def call(fn, *args):
+    """How a bare _Channels runs a submitted function: as it is (no loop)."""
+    return fn(*args)
+
+
 def hold(workers):
     """A stand-in for starting a worker thread: keep it, to be run by hand."""
     def spawn(target):
@@ -105,7 +110,7 @@ class Harness:
         test.addCleanup(sweep_all.stop)
         self.w = EventsWatcher(self.dir, lambda event: self.handler(event), clock=lambda: self.now,
                                spawn=self.workers.append, **kwargs)
-        test.addCleanup(self.w._release)  # the lock start() took: the test's end is a clean stop
+        test.addCleanup(lambda: self.w._hold.release(self.now))  # the lock start() took: the test's end is a clean stop
 
     def write(self, name, content, mtime=None):
         path = self.dir / name
@@ -1552,8 +1557,7 @@ class LengthLimitTest(unittest.TestCase):
                 if not running:
                     check()
 
-            c = mom_events._Channels(lambda job: act(running=True) if rng.random() < 0.5 else None, 3,
-                                     lambda: None)
+            c = mom_events._Channels(lambda job: act(running=True) if rng.random() < 0.5 else None, 3, call)
             c._spawn, c._linger = hold(workers), 0
             for _ in range(30):
                 act()
@@ -4339,15 +4343,15 @@ class JournalAccountTest(unittest.TestCase):
         h.start()
         h.now = t0 + 10
         h.step(h.now)  # queued; its command starts, and A dies
-        h.w._files.journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic", "channelId": "C1",
+        h.w._journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic", "channelId": "C1",
                                   "due": t0 + 10, "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
                                   "final": False, "sid": 2 ** 22 + 1, "start": 1})
-        b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._files.history.path)
+        b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
         b.startup((t0 + 12, False))
         b.advance(20)  # B runs t0 + 20 and t0 + 30, then dies
-        c = Harness(self, now=b.now + 1, directory=h.dir, history=h.w._files.history.path)
+        c = Harness(self, now=b.now + 1, directory=h.dir, history=h.w._out.history.path)
         c.startup((b.now, False))
-        missed = [r["detail"] for r in read_history(h.w._files.history.path) if r["outcome"] == "missed"]
+        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
         self.assertEqual(missed, ["1 occurrence fell due while no harness was running"])
 
 
@@ -4424,9 +4428,9 @@ class DirectoryLockTest(unittest.TestCase):
                 h.tick(h.now + 0.1)  # made anew: its lock is taken,
             h.tick(h.now + 0.1)  # then it is looked into, with a descriptor of its own
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
-        h.w._release()
+        h.w._hold.release(h.now)
         with open(self.dir / "other", "w") as other:  # may get a descriptor number the watcher had
-            h.w._release()  # a second release closes nothing of anyone's
+            h.w._hold.release(h.now)  # a second release closes nothing of anyone's
             other.write("still open")
 
     def test_what_follows_a_pid_is_kept_only_when_it_is_a_trace(self):
@@ -4538,7 +4542,7 @@ class CrashTest(unittest.TestCase):
         h.startup(None)
         proc = subprocess.Popen(["sleep", "30"], start_new_session=True)  # what a command left running
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
-        journal = h.w._files.journal
+        journal = h.w._journal
         common = {"channelId": "C1", "due": None, "sig": None, "final": True}
         journal.write({"kind": "run", "id": 97, "file": "hook.json", "type": "immediate", **common,
                        "sid": proc.pid, "start": mom_events._process_start(proc.pid)})
@@ -4580,7 +4584,7 @@ class CrashTest(unittest.TestCase):
         h.write("hook.json", immediate(text="hook"))
         h.startup(None)  # queued, not run: its worker is held
         self.assertEqual(len(h.workers), 1)
-        journal = h.w._files.journal
+        journal = h.w._journal
         journal.write({"kind": "run", "id": 99, "file": "hook.json", "type": "immediate", "channelId": "C1",
                        "due": None, "sig": None, "final": True, "sid": 2 ** 22 + 1, "start": 1})  # a command's
         with self.assertLogs("mom_events", "INFO") as logs:
@@ -4693,7 +4697,7 @@ class CrashTest(unittest.TestCase):
         h.startup(None)
         notice = {"filename": "bad.json", "type": "rejected", "channel_id": "C3", "text": "missing at",
                   "at": None, "schedule": None, "timezone": None}
-        h.w._files.journal.write({"kind": "notice", "id": 7, "file": "bad.json",
+        h.w._journal.write({"kind": "notice", "id": 7, "file": "bad.json",
                                   "sig": list(mom_events._stat_entry(str(path)).sig), "event": notice})
         path.rename(h.dir / ".bad.json.mom_events-taken")  # killed here
         with self.assertLogs("mom_events", "ERROR"):
@@ -4715,7 +4719,7 @@ class CrashTest(unittest.TestCase):
         with self.assertLogs("mom_events", "INFO"):
             h.tick(h.now + 0.1)  # its lock first,
             h.tick(h.now + 0.1)  # then a look
-        h.w._files.journal.write({"kind": "run", "id": 99, "file": "hook.json", "type": "immediate",
+        h.w._journal.write({"kind": "run", "id": 99, "file": "hook.json", "type": "immediate",
                                   "channelId": "C1", "due": None, "sig": None, "final": True})  # running now
         h.write("bad.json", {"type": "one-shot", "channelId": "C3", "text": "x"})
         with self.assertLogs("mom_events", "ERROR"):
@@ -4734,7 +4738,7 @@ class CrashTest(unittest.TestCase):
         subprocess.run(["rm", "-rf", str(h.dir)], check=True)
         h.dir.mkdir()  # not taken yet: maybe another harness's by now
         with mock.patch.object(mom_events, "_JOURNAL_COMPACT", 0):
-            h.w._files.journal.compact()
+            h.w._journal.compact()
         self.assertEqual(os.listdir(h.dir), [])
 
     def test_a_rejection_notice_is_sent_though_the_harness_dies_before_it_runs(self):
@@ -4754,8 +4758,8 @@ class CrashTest(unittest.TestCase):
         h = self.harness()
         h.write("dentist.json", one_shot(h.now - 300, "C2", text="dentist"), mtime=h.now - 86400 * 700)
         sig = mom_events._stat_entry(str(h.dir / "dentist.json")).sig
-        h.w._files.journal.begin([])  # killed after journaling the notice, before deleting the file
-        h.w._files.journal.write({"kind": "notice", "id": 1, "file": "dentist.json", "sig": list(sig),
+        h.w._journal.begin([])  # killed after journaling the notice, before deleting the file
+        h.w._journal.write({"kind": "notice", "id": 1, "file": "dentist.json", "sig": list(sig),
                                   "event": {"filename": "dentist.json", "type": "missed", "channel_id": "C2",
                                             "text": "old"}})
         with self.assertLogs("mom_events", "INFO"):
@@ -4775,7 +4779,7 @@ class CrashTest(unittest.TestCase):
         h = self.harness()
         h.write("slow.json", immediate("C9", text="slow"))
         h.startup(None)
-        journal = h.w._files.journal
+        journal = h.w._journal
         for i in range(2000):  # 2,000 runs come and go
             journal.write({"kind": "end", "id": 10_000 + i, "file": f"f{i}.json", "type": "immediate",
                            "channelId": "C1", "due": None, "sig": None, "final": True, "ran": True, "by": "harness"})
@@ -4794,7 +4798,7 @@ class CrashTest(unittest.TestCase):
     def test_a_journal_cut_anywhere_reads_as_what_it_holds_whole(self):
         """A journal cut by a crash at any byte (or a power loss) reads as its whole records."""
         h = self.harness()
-        journal = h.w._files.journal
+        journal = h.w._journal
         journal.begin([])
         records = [{"kind": "fire", "file": "p.json", "mtime": 5, "due": 10.0, "queued": True},
                    {"kind": "run", "id": 1, "file": "p.json", "type": "periodic", "channelId": "C1", "due": 10.0,
@@ -5113,7 +5117,7 @@ class ChannelsPartTest(unittest.TestCase):
 
     def channels(self, perform):
         workers = []
-        c = mom_events._Channels(perform, 5, lambda: None)
+        c = mom_events._Channels(perform, 5, call)
         c._spawn, c._linger = hold(workers), 0
         return c, workers
 
@@ -5217,14 +5221,14 @@ class QueueTest(unittest.TestCase):
         h.start()
         h.now += 10
         h.step(h.now)  # the first occurrence waits: its worker is held
-        record = h.w._files.record
+        record = h.w._out.record
 
         def worker_takes_it_meanwhile(outcome, *args, **kwargs):
             record(outcome, *args, **kwargs)
             if outcome == "coalesced":  # between the check and the flag, on today's main
                 h.workers.pop(0)()
 
-        with mock.patch.object(h.w._files, "record", worker_takes_it_meanwhile):
+        with mock.patch.object(h.w._out, "record", worker_takes_it_meanwhile):
             h.now += 10
             h.step(h.now)  # the last one: merged into the waiting one
         h.step(h.now)
@@ -5549,7 +5553,7 @@ class WorkerPoolTest(unittest.TestCase):
     the other tests run workers by hand with linger 0."""
 
     def channels(self, perform, linger=0.05):
-        c = mom_events._Channels(perform, 5, lambda: None)
+        c = mom_events._Channels(perform, 5, call)
         c._linger = linger
         self.addCleanup(lambda: (c.close(), wait_for(lambda: c._workers == 0, 5)))
         return c
@@ -5628,7 +5632,7 @@ class WorkerPoolTest(unittest.TestCase):
             sys.path.insert(0, sys.argv[1])
             import mom_events
             ran = threading.Event()
-            c = mom_events._Channels(lambda job: ran.set(), 5, lambda: None)
+            c = mom_events._Channels(lambda job: ran.set(), 5, lambda fn: fn())
             c._linger = 60
             c.put(mom_events._Job("A"), lambda: None)
             ran.wait(10)
@@ -5724,7 +5728,7 @@ class ChannelsReportTest(unittest.TestCase):
 
     def run_one(self, fn):
         workers = []
-        c = mom_events._Channels(lambda job: None, 5, lambda: None)
+        c = mom_events._Channels(lambda job: None, 5, call)
         c._spawn, c._linger = hold(workers), 0
         c.submit("A", fn)
         while workers:
@@ -5745,7 +5749,7 @@ class ChannelsReportTest(unittest.TestCase):
     def test_a_coroutine_with_no_loop_is_refused_and_closed(self):
         async def work():
             pass
-        c = mom_events._Channels(lambda job: None, 5, lambda: None)
+        c = mom_events._Loop(None, False, lambda: None)
         coroutine = work()
         with self.assertRaisesRegex(TypeError, "no event loop to run it on"):
             c.call(lambda: coroutine)
@@ -5755,8 +5759,9 @@ class ChannelsReportTest(unittest.TestCase):
         async def work():
             pass
         lost = []
-        c = mom_events._Channels(lambda job: None, 5, lambda: lost.append(1))
-        c.loop = asyncio.new_event_loop()
+        closed = asyncio.new_event_loop()
+        closed.close()
+        c = mom_events._Loop(closed, False, lambda: lost.append(1))
         c.loop.close()
         import gc
         import warnings
@@ -5782,8 +5787,7 @@ class ChannelsReportTest(unittest.TestCase):
                 thread.join(5)
             close_stopped_loop(loop)
         self.addCleanup(cleanup)
-        c = mom_events._Channels(lambda job: None, 5, lambda: None)
-        c.loop = loop
+        c = mom_events._Loop(loop, False, lambda: None)
 
         async def cancelled():
             raise asyncio.CancelledError()
@@ -7555,7 +7559,7 @@ class LifecycleTest(unittest.TestCase):
     def test_the_directory_is_let_go_only_after_the_schedulers_last_step(self):
         w = EventsWatcher(self.dir, lambda event: None, poll_interval=0.02)
         order, slow, stepping = [], threading.Event(), threading.Event()
-        real_run_due, real_release = w._files.run_due, w._release
+        real_run_due, real_release = w._files.run_due, w._hold.release
 
         def run_due(now):
             if slow.is_set() and not stepping.is_set():
@@ -7564,10 +7568,10 @@ class LifecycleTest(unittest.TestCase):
                 order.append("last step ended")
             real_run_due(now)
 
-        def release():
+        def release(now):
             order.append("directory let go")
-            real_release()
-        w._files.run_due, w._release = run_due, release
+            real_release(now)
+        w._files.run_due, w._hold.release = run_due, release
         w.start()
         slow.set()
         self.assertTrue(stepping.wait(5))
