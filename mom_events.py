@@ -1288,19 +1288,26 @@ class _Verdict:
     catch_up: float | None = None
 
 
-def _down_since(trace: tuple[float, bool] | None, now: float) -> float | None:
-    """Since when no harness ran, by the lock file's ``trace`` (the last
-    sign of life, and whether it was a clean stop): a harness that died may
-    have lived a beat longer.  A trace from the future (a clock stepped
-    back, a restored backup) says nothing."""
-    if trace is None:
-        return None
-    seen, clean = trace
-    if seen > now + 1.0:
-        log.warning("the lock file says a harness was alive %s from now; when none ran is unknown",
-                    _span(seen - now))
-        return None
-    return min(now, seen if clean else seen + _DIED_WITHIN)
+def _takeover(trace: tuple[float, bool] | None, now: float, misfire_grace: float, waiting_since: float | None = None,
+              accounts: Mapping[tuple[str, int], _Account] | None = None) -> _Startup:
+    """A start-up's first look: every start is a takeover from the harness
+    whose ``trace`` the lock file kept (its last sign of life, and whether
+    it was a clean stop).  A harness that died may have lived a beat
+    longer; a trace from the future (a clock stepped back, a restored
+    backup) says nothing.  With no trace, when no harness ran is unknown,
+    and an immediate written before the start, or before a standby began
+    ``waiting_since``, is stale."""
+    down_since = last_alive = None
+    if trace is not None:
+        seen, clean = trace
+        if seen > now + 1.0:
+            log.warning("the lock file says a harness was alive %s from now; when none ran is unknown",
+                        _span(seen - now))
+        else:
+            down_since, last_alive = min(now, seen if clean else seen + _DIED_WITHIN), min(now, seen)
+    if down_since is None and waiting_since is not None:  # a standby for a harness that leaves no trace
+        return _Startup(now, None, waiting_since, max(misfire_grace, _TAKEOVER_GRACE), None, accounts or {})
+    return _Startup(now, down_since, now, misfire_grace, last_alive, accounts or {})
 
 
 def _judge(event: Event, timing: _Timing, mtime_ns: int, now: float, startup: _Startup | None) -> _Verdict:
@@ -2444,6 +2451,7 @@ class _Hold:
         self._scanner = scanner
         self._journal = journal
         self._lock: _DirectoryLock | None = None
+        self._next_beat = 0.0  # on the monotonic clock
 
     def take(self) -> tuple[float, bool] | None:
         """Make the directory if missing and take its lock; returns its
@@ -2492,9 +2500,17 @@ class _Hold:
         self._journal.move()  # the old one went with the old directory
 
     def beat(self, now: float) -> None:
-        """A sign of life in the lock file at ``now`` (every _HEARTBEAT)."""
+        """A sign of life in the lock file at ``now``."""
         if self._lock is not None:
             self._lock.beat(now=now)
+
+    def keep_alive(self, now: float, mono: float) -> None:
+        """Every _HEARTBEAT: the lock file's mtime says when this harness was
+        last alive (on its clock), and the journal forgets what is done."""
+        if mono >= self._next_beat:
+            self.beat(now)
+            self._journal.compact()  # what fell due before the beat is no concern of the next
+            self._next_beat = mono + _HEARTBEAT
 
     def release(self, now: float) -> None:
         """Let go of the directory (a clean stop at ``now``): its lock and the scanner's descriptor."""
@@ -3650,6 +3666,26 @@ class _Files:
 
 
 
+def _checked_options(handler: object, on_error: object, poll_interval: float, max_queued: int,
+                     misfire_grace: float, timezone: str | None) -> ZoneInfo | None:
+    """EventsWatcher's arguments, checked as it is made, not when it first
+    uses them; returns the user's zone."""
+    if not callable(handler):
+        raise TypeError("handler must be callable")
+    if on_error is not None and not callable(on_error):
+        raise TypeError("on_error must be callable")
+    if not poll_interval > 0:
+        raise ValueError("poll_interval must be positive")
+    if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
+        raise ValueError("max_queued must be a whole number of at least 1")
+    if not misfire_grace >= 0:
+        raise ValueError("misfire_grace must be zero or more seconds")
+    try:
+        return None if timezone is None else _zone(timezone)
+    except _CronError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class EventsWatcher:
     """Watch ``events_dir`` and call ``handler(event)`` when each event is due.
 
@@ -3680,26 +3716,14 @@ class EventsWatcher:
                  misfire_grace: float = 0, on_halt: Callable[[str], object] | None = None, standby: bool = False,
                  notify: bool = True, notify_rejected: bool = True, systemd: bool = False,
                  timezone: str | None = None, spawn: Callable[[Callable[[], None]], object] | None = None) -> None:
-        if not callable(handler):
-            raise TypeError("handler must be callable")
-        if on_error is not None and not callable(on_error):
-            raise TypeError("on_error must be callable")
-        if not poll_interval > 0:
-            raise ValueError("poll_interval must be positive")
-        if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
-            raise ValueError("max_queued must be a whole number of at least 1")
-        if not misfire_grace >= 0:
-            raise ValueError("misfire_grace must be zero or more seconds")
-        try:
-            zone = None if timezone is None else _zone(timezone)
-        except _CronError as exc:
-            raise ValueError(str(exc)) from None
+        zone = _checked_options(handler, on_error, poll_interval, max_queued, misfire_grace, timezone)
         self.events_dir = os.fspath(events_dir)
         self._on_halt = on_halt or (lambda reason: None)
         self._poll_interval = poll_interval
         self._clock = clock
         self._scanner = _Scanner(self.events_dir, poll_interval, None if history is None else os.fspath(history))
-        self._loop = _Loop(loop, _is_async(handler) or _is_async(on_error), self._lost_loop)
+        self._loop = _Loop(loop, _is_async(handler) or _is_async(on_error),
+                           lambda: self._halt("the event loop closed or stopped while events were pending"))
         self._channels = _Channels(lambda job: self._runs.perform(job), max_queued, self._loop.call)
         if spawn is not None:
             self._channels.spawn(spawn)
@@ -3715,7 +3739,6 @@ class EventsWatcher:
         self._life = threading.RLock()  # start() and the beginning of the end, one at a time
         self._thread: threading.Thread | None = None  # the scheduler (or standby) thread
         self._stepped = False  # started without it: the caller takes each step()
-        self._next_beat = 0.0  # on the monotonic clock
         self._closer: threading.Thread | None = None  # the last writer: lets the directory go
         self._wake = threading.Event()  # set when stopping: a standby's wait ends at once
         self._stopping = False
@@ -3780,7 +3803,7 @@ class EventsWatcher:
         if self._stopping:
             return None
         now = self._clock() if now is None else now
-        self._keep_alive(now, time.monotonic())
+        self._hold.keep_alive(now, time.monotonic())
         upcoming = self._tick(now, scan)
         self._channels.staff()  # a worker that could not be started is asked for again
         return None if upcoming is None else upcoming[0]
@@ -3829,19 +3852,10 @@ class EventsWatcher:
 
     def _startup(self, now: float, trace: tuple[float, bool] | None,
                  waiting_since: float | None = None) -> None:
-        """The start-up: every start is a takeover from the harness whose
-        ``trace`` the lock file kept (None: unknown; then an immediate
-        written before the start, or before a standby began waiting, is
-        stale)."""
+        """The start-up, a takeover from the harness whose ``trace`` the lock file kept (``_takeover``)."""
         self.active = True
-        down_since = _down_since(trace, now)
-        last_alive = None if trace is None or down_since is None else min(now, trace[0])
-        grace = self._misfire_grace
-        if down_since is None and waiting_since is not None:  # a standby for a harness that leaves no trace
-            grace = max(grace, _TAKEOVER_GRACE)
-        stale_before = waiting_since if down_since is None and waiting_since is not None else now
         accounts, notices = _recover(self.events_dir, self._journal, self._out.record)  # before anything runs
-        self._first_look = _Startup(now, down_since, stale_before, grace, last_alive, accounts)
+        self._first_look = _takeover(trace, now, self._misfire_grace, waiting_since, accounts)
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
         self._out.resend(notices)
@@ -3879,7 +3893,7 @@ class EventsWatcher:
     def _run(self) -> None:
         """Poll every interval; between polls sleep until the next due time,
         wake a millisecond early and spin the rest (precise firing)."""
-        next_poll = self._next_beat = time.monotonic() + self._poll_interval
+        next_poll = time.monotonic() + self._poll_interval
         failing: set[str] = set()  # the internal errors of the ticks since the last good one
         while not self._stopping:
             timeout = self._poll_interval
@@ -3893,7 +3907,7 @@ class EventsWatcher:
                 polling = mono >= next_poll
                 if polling:
                     next_poll = mono + self._poll_interval
-                    self._keep_alive(now, mono)
+                    self._hold.keep_alive(now, mono)
                 self._schedule.notice_clock_step(now, mono)
                 upcoming = self._tick(now, polling)
                 timeout = next_poll - mono
@@ -3914,14 +3928,6 @@ class EventsWatcher:
                     failing.add(what)
             if timeout > 0:
                 time.sleep(min(timeout, _NAP))
-
-    def _keep_alive(self, now: float, mono: float) -> None:
-        """Every _HEARTBEAT: the lock file's mtime says when this harness was
-        last alive (on its clock), and the journal forgets what is done."""
-        if mono >= self._next_beat:
-            self._hold.beat(now)
-            self._journal.compact()  # what fell due before the beat is no concern of the next
-            self._next_beat = mono + _HEARTBEAT
 
     def _poll(self, now: float) -> None:
         """Scan and act on what changed.  The first look at the directory in
@@ -3977,9 +3983,6 @@ class EventsWatcher:
         log.error("%s; stopping", reason)
         self._begin_closing()
         self._on_halt(reason)
-
-    def _lost_loop(self) -> None:
-        self._halt("the event loop closed or stopped while events were pending")
 
 
 # ---------------------------------------------------------------------------

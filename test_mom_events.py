@@ -2566,12 +2566,22 @@ class JudgeEdgeTest(unittest.TestCase):
         self.assertEqual(judge(self.one_shot(self.NOW - 0.51), 0, self.NOW, misfire).action, "drop")
 
     def test_the_trace_at_its_edges(self):
-        self.assertIsNone(mom_events._down_since(None, self.NOW))
-        self.assertEqual(mom_events._down_since((self.NOW + 1.0, True), self.NOW), self.NOW)  # a second's skew
+        def down_since(trace):
+            return mom_events._takeover(trace, self.NOW, 0).down_since
+        self.assertIsNone(down_since(None))
+        self.assertEqual(down_since((self.NOW + 1.0, True)), self.NOW)  # a second's skew
         with self.assertLogs("mom_events", "WARNING"):
-            self.assertIsNone(mom_events._down_since((self.NOW + 1.01, True), self.NOW))
-        self.assertEqual(mom_events._down_since((self.NOW - 10, True), self.NOW), self.NOW - 10)
-        self.assertEqual(mom_events._down_since((self.NOW - 10, False), self.NOW), self.NOW - 10 + 2)
+            self.assertIsNone(down_since((self.NOW + 1.01, True)))
+        self.assertEqual(down_since((self.NOW - 10, True)), self.NOW - 10)
+        self.assertEqual(down_since((self.NOW - 10, False)), self.NOW - 10 + 2)
+        self.assertEqual(mom_events._takeover((self.NOW - 10, False), self.NOW, 0).last_alive, self.NOW - 10)
+
+    def test_a_standby_for_a_harness_that_leaves_no_trace_judges_by_its_own_wait(self):
+        startup = mom_events._takeover(None, self.NOW, 0.5, waiting_since=self.NOW - 30)
+        self.assertEqual((startup.down_since, startup.stale_before, startup.misfire_grace),
+                         (None, self.NOW - 30, max(0.5, mom_events._TAKEOVER_GRACE)))
+        traced = mom_events._takeover((self.NOW - 10, True), self.NOW, 0.5, waiting_since=self.NOW - 30)
+        self.assertEqual((traced.down_since, traced.stale_before, traced.misfire_grace), (self.NOW - 10, self.NOW, 0.5))
 
     def test_periodic_verdicts_count_only_with_a_known_window(self):
         event = parse_event(json.dumps(periodic("* * * * * *")), "p.json")

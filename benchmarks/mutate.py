@@ -129,8 +129,6 @@ EQUIVALENT = {
         "what _spawn returns is never used (tests' stand-ins return what they like)",
     "channels:_start_thread:return:return thread => None":
         "what _spawn returns is never used",
-    "channels:_Channels.__init__:delete:self.loop: asyncio.AbstractEventLoop | None = None => pass":
-        "the watcher, the only maker of _Channels, sets .loop right after making it",
     "channels:_Channels.close:delete:self._ready.clear() => pass":
         "after close every worker leaves on _closed and _staff returns at once: the ready queue is never read",
     "channels:_Channels.close:delete:self._retire(channel) => pass":
@@ -157,7 +155,7 @@ EQUIVALENT = {
         "a linger of 0 then sets a deadline of now, which returns False the same",
     "channels:_Channels._wait_for_work:number:self._linger <= 0 => 0->-1":
         "the same: a linger of 0 meets its deadline at once; nothing sets a negative one",
-    "channels:_Channels.call:return:return result => None":
+    "channels:_Loop.call:return:return result => None":
         "every caller ignores what a callback returns",
     "watcher:EventsWatcher._run:delete:continue => pass":
         "after the spin, the rest of the pass computes a negative timeout and skips the sleep: the same",
@@ -385,10 +383,10 @@ EQUIVALENT = {
     "judge:_missed:number:since - 0.001 => 0.001->0.002":
         "a margin for an occurrence at since itself (a float read back from the lock file): an occurrence "
         "1 to 2 ms before a trace is the same moment to anything the harness reads (mtimes, beats)",
-    "channels:_Channels.call:number:timeout=0.25 => 0.25->0.5":
+    "channels:_Loop.call:number:timeout=0.25 => 0.25->0.5":
         "a margin: how often a worker waiting on the loop looks whether it still runs; a stopped loop is "
         "noticed a quarter second later, with the same outcome",
-    "channels:_Channels.call:number:timeout=0.25 => 0.25->0.0":
+    "channels:_Loop.call:number:timeout=0.25 => 0.25->0.0":
         "a margin: the worker then looks without waiting (a busy wait), with the same outcome",
     "files:_Files.run_due:number:count % _BATCH == 0 => 0->-1":
         _GIL_OFFER,
@@ -452,7 +450,7 @@ EQUIVALENT = {
         "change but a touch; and a file touched with the same bad content was renamed away already",
     "files:_Files._invalid:delete:self._gone(f.name) => pass":
         "the next scan sees the name gone and forgets it the same way; _gone does it a poll sooner",
-    "files:_Files._undeletable:delete:self._cancel(f) => pass":
+    "files:_Files._delete:delete:self._cancel(f) => pass":
         "called once the file's run or verdict is over: nothing of it is scheduled or queued any more",
     "scanner:_Scanner.__init__:delete:self._dir_key: tuple[int, int, int] | None = None => pass":
         "the first look (at start-up) sets it before anything reads it; a failed one sets it or returns first",
