@@ -4506,7 +4506,7 @@ class _Commands:
             return
         buffer += chunk
         while True:
-            end = buffer.find(b"\n")
+            end = buffer.find(b"\n", 0, _LINE_LIMIT + 1)  # a longer line is cut at the limit, wherever it ends
             if end < 0 and len(buffer) < _LINE_LIMIT:
                 return
             cut = end if end >= 0 else _LINE_LIMIT

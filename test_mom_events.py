@@ -8,6 +8,7 @@ import contextlib
 import copy
 import dataclasses
 import errno
+import fcntl
 import functools
 import gc
 import heapq
@@ -8567,6 +8568,22 @@ class CommandPartsTest(unittest.TestCase):
         pieces = [record.getMessage().removeprefix("e.json: ") for record in logs.records]
         self.assertEqual([len(piece) for piece in pieces], [limit, limit, 10, 4])
         self.assertEqual(pieces[-1], "next")
+
+    def test_a_long_line_read_in_uneven_chunks_is_still_cut_at_the_limit(self):
+        """Found by the test above under load: a line whose end came in a read
+        after a piece was cut was logged whole, past the limit."""
+        limit = mom_events._LINE_LIMIT
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        self.addCleanup(os.close, w)
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4 * limit)  # holds each chunk whole: each read takes one
+        stream = (logging.INFO, bytearray())
+        with self.assertLogs("mom_events", "INFO") as logs:
+            for chunk in (b"x" * 30_000, b"x" * limit, b"x" * (limit + 10 - 30_000) + b"\nnext\n"):
+                os.write(w, chunk)
+                mom_events._Commands._relay(mock.Mock(), r, stream, "e.json")
+        pieces = [record.getMessage().removeprefix("e.json: ") for record in logs.records]
+        self.assertEqual([len(piece) for piece in pieces], [limit, limit, 10, 4])
 
     def counting(self, method):
         """Count the calls of one of _Commands' static helpers."""
