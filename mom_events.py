@@ -3511,14 +3511,15 @@ class _Files:
                 self._gone(f.name)
                 return
             f.digest = _digest(data)
-        taken = _take(self.directory, f.name, f.sig, f.digest)
-        if taken is None:  # what has the name now is read anew
-            self._gone(f.name)
-            return
         rejected, written = f.name + ".rejected", _as_written(data)
-        notice = self._out.announce(f, _rejected_event(f.name, reason, written,
-                                                   f"The file is now {rejected}: fix it and move it back to {f.name}."))
-        try:
+        taken = notice = None
+        try:  # the take may fail as the rename would (a read-only directory): then so may the deletion
+            taken = _take(self.directory, f.name, f.sig, f.digest)
+            if taken is None:  # what has the name now is read anew
+                self._gone(f.name)
+                return
+            notice = self._out.announce(f, _rejected_event(f.name, reason, written, f"The file is now {rejected}: "
+                                                           f"fix it and move it back to {f.name}."))
             os.replace(taken, os.path.join(self.directory, rejected))
         except OSError as exc:
             log.error("%s: %s; cannot rename it to %s (%s), so deleting it",

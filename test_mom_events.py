@@ -6611,6 +6611,28 @@ class RejectedInProcessTest(unittest.TestCase):
         self.assertEqual(h.fired, [])
         self.assertTrue(h.exists("bad.json"))
 
+    def test_one_that_cannot_even_be_moved_says_its_reason_and_is_recorded(self):
+        """Found by the adversarial pass (a read-only directory): the move to a
+        private name, before the rename, failed, and only an "unexpected
+        error" was said, without the reason, in the log and nowhere else."""
+        h = Harness(self, history_name=".history.jsonl")
+        h.start()
+        h.write("bad.json", immediate(text=""))
+        with mock.patch.object(mom_events.os, "rename", side_effect=PermissionError(1, "Operation not permitted")), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            h.tick(h.now + 0.1)
+            h.advance(1)
+            os.utime(h.dir / "bad.json")  # touched: the same content is still not judged again
+            h.tick(h.now + 0.1)
+        self.assertEqual(len(logs.output), 2, logs.output)
+        self.assertIn('bad.json: "text" is empty; cannot rename it to bad.json.rejected (Operation not permitted), '
+                      "so deleting it", logs.output[0])
+        self.assertIn("bad.json: cannot delete it (Operation not permitted); it will not run again", logs.output[1])
+        self.assertEqual([(r["outcome"], r["detail"]) for r in read_history(h.dir / ".history.jsonl")],
+                         [("invalid", '"text" is empty')])
+        self.assertEqual(h.fired, [])
+        self.assertTrue(h.exists("bad.json"))
+
     def test_a_notice_counts_toward_the_channels_five_and_is_discarded_beyond(self):
         h = Harness(self, history_name=".history.jsonl")
         h.start()
