@@ -1981,7 +1981,10 @@ class _Journal:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._size = 0
-        self._ids = itertools.count(1)
+        # Unique beyond this harness: a command's shell journals its run's end
+        # by path, which is another harness's journal once the directory was
+        # made anew and taken by it (see _Hold.again).
+        self._ids = itertools.count(time.time_ns() // 1000)
         self._broken = False
 
     def next_id(self) -> int:
@@ -2033,30 +2036,31 @@ class _Journal:
         (the scheduler thread, just after a heartbeat: what fell due before
         it is no concern of the next harness's)."""
         if self._size > _JOURNAL_COMPACT:
-            self._carry(moved=False)
+            with self._lock:
+                own = self._own(gone_ok=False)
+                if own is not None:
+                    self._replace([{"kind": "harness", "pid": os.getpid(), "machine": _machine()}, *own])
 
-    def move(self) -> None:
-        """The directory was made anew: carry what is still open over to a
-        journal in the new one, which the next harness reads."""
-        self._carry(moved=True)
-
-    def _carry(self, moved: bool) -> None:
-        """Start the file at the path anew with what this harness's own
-        journal (read through its descriptor) has still open.  Not while the
-        directory it lies in is gone and not taken again (``moved``): the
-        path is then another directory's, maybe another harness's."""
+    def own(self) -> list[dict[str, Any]]:
+        """What this harness's own journal has still open, to carry over to
+        the journal of a directory made anew."""
         with self._lock:
-            if self._fd is None:
-                return
-            try:
-                st = os.fstat(self._fd)  # its size: a command's shell appends to it too
-                if not moved and st.st_nlink == 0:
-                    return
-                left = _fold(os.pread(self._fd, st.st_size, 0))
-            except OSError as exc:
-                self._failed(exc)
-                return
-            self._replace([{"kind": "harness", "pid": os.getpid(), "machine": _machine()}, *left.open])
+            return self._own(gone_ok=True) or []
+
+    def _own(self, gone_ok: bool) -> list[dict[str, Any]] | None:
+        """Read through the descriptor: the file at the path may be another
+        directory's, maybe another harness's, once its own is gone (None then,
+        unless ``gone_ok``)."""
+        if self._fd is None:
+            return None
+        try:
+            st = os.fstat(self._fd)  # its size: a command's shell appends to it too
+            if st.st_nlink == 0 and not gone_ok:
+                return None
+            return _fold(os.pread(self._fd, st.st_size, 0)).open
+        except OSError as exc:
+            self._failed(exc)
+            return None
 
     def close(self) -> None:
         with self._lock:
@@ -2078,7 +2082,7 @@ class _Journal:
             finally:
                 os.close(fd)
             os.replace(new, self.path)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)  # read: _carry
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)  # read: _own
         except OSError as exc:
             self._failed(exc)
             return
@@ -2102,12 +2106,13 @@ class _Journal:
 _Record: TypeAlias = Callable[..., None]  # _Outbox.record: a line of the history, if kept
 
 
-def _recover(directory: str, journal: _Journal,
-             record: _Record) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]]]:
+def _recover(directory: str, journal: _Journal, record: _Record,
+             own: list[dict[str, Any]]) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]]]:
     """Take over what the journal says the last harness left (at start-up,
     before anything runs): stop what is left of the runs it cut short and
     record them, delete the files of runs that ended, put back a file it
-    was deleting or renaming; then start the journal anew.  Returns the
+    was deleting or renaming; then start the journal anew, with what this
+    harness has ``own`` still open (a directory made anew).  Returns the
     periodic files' accounts, for the start-up's judge, and the notices it
     did not send, to send once the directory has been judged."""
     left = journal.left()
@@ -2130,7 +2135,7 @@ def _recover(directory: str, journal: _Journal,
         if notice["sig"] is None or entry is None or entry.sig is None or entry.sig[:4] != tuple(notice["sig"][:4]):
             notices.append({**notice, "id": journal.next_id()})
     carried = [record for version, account in left.accounts.items() for record in _account_records(version, account)]
-    journal.begin(carried + notices)
+    journal.begin(carried + notices + own)
     return left.accounts, notices
 
 
@@ -2482,22 +2487,17 @@ class _Hold:
                 hung = silent > _HUNG
         return None
 
-    def again(self) -> None:
-        """The directory was made anew: take its lock instead, and carry the
-        journal over; what is in it was written while the harness did not
-        look (``came_back``).  EventError: another harness has it."""
-        try:
-            lock = _DirectoryLock(self.directory)
-        except OSError as exc:
-            self._scanner.problem(f"cannot be locked ({exc.strerror})")
-            return
+    def again(self) -> tuple[float, bool] | None:
+        """The directory was made anew: take its lock instead, and return its
+        previous holder's trace (another harness may have held it while this
+        one did not look).  EventError: another harness has it now."""
+        lock = _DirectoryLock(self.directory)
         if self._lock is not None:
             self._lock.release(clean=False)
         self._lock = lock
         log.info("events directory %s was made anew; took its lock", self.directory)
         self._scanner.attach(lock.directory_id)
-        self._scanner.came_back = True
-        self._journal.move()  # the old one went with the old directory
+        return lock.trace
 
     def beat(self, now: float) -> None:
         """A sign of life in the lock file at ``now``."""
@@ -3851,11 +3851,13 @@ class EventsWatcher:
 
     # -- the scheduler thread -----------------------------------------------
 
-    def _startup(self, now: float, trace: tuple[float, bool] | None,
-                 waiting_since: float | None = None) -> None:
-        """The start-up, a takeover from the harness whose ``trace`` the lock file kept (``_takeover``)."""
+    def _startup(self, now: float, trace: tuple[float, bool] | None, waiting_since: float | None = None,
+                 own: list[dict[str, Any]] | None = None) -> None:
+        """The start-up, a takeover from the harness whose ``trace`` the lock
+        file kept (``_takeover``), and again in a directory made anew, with
+        what this harness has ``own`` open."""
         self.active = True
-        accounts, notices = _recover(self.events_dir, self._journal, self._out.record)  # before anything runs
+        accounts, notices = _recover(self.events_dir, self._journal, self._out.record, own or [])  # before any run
         self._first_look = _takeover(trace, now, self._misfire_grace, waiting_since, accounts)
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
@@ -3935,12 +3937,16 @@ class EventsWatcher:
         a while (at start-up, or after a spell in which it could not be
         looked at) judges what it finds by the start-up rules for that spell."""
         changes = self._scanner.scan(startup=self._first_look is not None)
-        if self._scanner.moved:
+        if self._scanner.moved:  # made anew: taken over as at a start, for a harness may have run there
             try:
-                self._hold.again()
+                trace = self._hold.again()
             except EventError as exc:  # another harness has it
                 self._halt(str(exc))
-            return  # the next poll looks into the new directory, as after a blind spell
+            except OSError as exc:
+                self._scanner.problem(f"cannot be locked ({exc.strerror})")
+            else:
+                self._startup(now, trace, own=self._journal.own())
+            return
         first_look = None
         if not self._scanner.in_trouble:
             if self._scanner.came_back:

@@ -4743,6 +4743,48 @@ class CrashTest(unittest.TestCase):
         self.assertIn(f"WARNING:mom_events:hook.json: cut short: the harness (process {os.getpid()}) died while it "
                       "ran; its file stays, so it runs again", logs.output)
 
+    def test_a_directory_made_anew_and_held_by_another_harness_meanwhile_is_taken_over_from_it(self):
+        """Found by the third adversarial pass of issue 32: a harness stalled
+        (SIGSTOP) while its directory was made anew, and another harness ran
+        there and died; resumed, the first took the new lock, but not what
+        the other left: its command ran on, its file ran again beside it."""
+        h = self.harness()
+        h.start()
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        h.dir.mkdir()
+        other = subprocess.Popen(["true"])  # the other harness, dead by now
+        other.wait()
+        command = subprocess.Popen(["sleep", "30"], start_new_session=True)  # what it left running for y.json
+        self.addCleanup(lambda: command.poll() is None and command.kill())
+        left = mom_events._Journal(str(h.dir))
+        left.begin([])
+        left.write({"kind": "harness", "pid": other.pid, "machine": mom_events._machine()})
+        left.write({"kind": "run", "id": 1, "file": "y.json", "type": "immediate", "channelId": "C1", "due": None,
+                    "sig": None, "final": True, "sid": command.pid, "start": mom_events._process_start(command.pid)})
+        left.close()
+        h.write("y.json", immediate(text="y"))
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.tick(h.now + 0.1)  # the new lock, and a takeover
+        self.assertEqual(command.wait(5), -signal.SIGTERM)  # stopped before anything ran
+        self.assertIn(f"WARNING:mom_events:y.json: cut short: the harness (process {other.pid}) died while it ran; "
+                      "stopped the 1 process its command left; its file stays, so it runs again", logs.output)
+        self.assertEqual(h.texts(), ["y"])  # once, after
+        self.assertEqual(self.outcomes("y.json"), ["interrupted", "queued", "started", "done"])
+
+    def test_each_harnesss_run_ids_are_its_own(self):
+        """A command's shell journals its run's end by path: once the
+        directory was made anew and another harness took it, that is the
+        other's journal, whose run of the same id it ended (found by the third
+        adversarial pass of issue 32: the other's cut run was taken for one
+        that ran, and its file deleted unrun).  Each harness's ids are its own."""
+        first = self.harness()
+        first.start()
+        time.sleep(0.001)
+        second = self.harness(directory=temp_dir(self, "mom_events_other_"))
+        second.start()
+        mine = [first.w._journal.next_id() for _ in range(100)]
+        self.assertTrue(set(mine).isdisjoint(second.w._journal.next_id() for _ in range(100)))
+
     def test_a_journal_whose_directory_went_is_not_compacted_into_the_new_one(self):
         h = self.harness()
         h.start()
