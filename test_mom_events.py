@@ -2795,6 +2795,7 @@ class DowntimeTest(unittest.TestCase):
         h.write("fast.json", {**periodic("* * * * * *", "C1", "every second"), "catchUp": True}, mtime=h.now - 60)
         h.write("slow.json", periodic("* * * * * *", "C2", "no catch-up"), mtime=h.now - 60)
         h.write("once.json", periodic("*/10 * * * * *", "C3", "every 10 s"), mtime=h.now - 60)  # 08:59:50 missed
+        h.write("twice.json", periodic("*/5 * * * * *", "C4", "every 5 s"), mtime=h.now - 60)  # and 08:59:55
         with self.assertLogs("mom_events", "INFO") as logs:
             self.start(h)
         self.assertEqual([(e.filename, e.late, e.due) for _, e in h.fired],
@@ -2803,11 +2804,12 @@ class DowntimeTest(unittest.TestCase):
                                                 r"\(due 2026-03-02T08:59:59\+00:00, late by 1 second\) ")
         self.assertIn("INFO:mom_events:slow.json: 10 occurrences fell due while no harness was running", logs.output)
         self.assertIn("INFO:mom_events:once.json: 1 occurrence fell due while no harness was running", logs.output)
+        self.assertIn("INFO:mom_events:twice.json: 2 occurrences fell due while no harness was running", logs.output)
         self.assertIn("fast.json: 10 occurrences fell due while no harness was running; running the latest now",
                       "\n".join(logs.output))
         h.advance(1)  # then on schedule, both, and once.json's 09:00:00, due as it started
         self.assertEqual(sorted(e.filename for _, e in h.fired[1:]), ["fast.json", "fast.json", "once.json",
-                                                                       "slow.json", "slow.json"])
+                                                                       "slow.json", "slow.json", "twice.json"])
 
     def test_catch_up_counts_many_missed_occurrences_quickly(self):
         h = self.harness(86400 * 3)
@@ -4194,6 +4196,24 @@ class KillTest(CliCase):
                 cli.signal(signal.SIGTERM)
                 self.assertEqual(cli.finish(), 0)
                 self.assertIn("STOPPING=1\nSTATUS=stopping", drain())
+
+    def test_a_standby_pings_the_watchdog_while_it_waits_and_says_when_it_took_over(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.addCleanup(sock.close)
+        sock.bind(str(self.dir / "notify"))
+        sock.settimeout(5)
+        holder = mom_events._DirectoryLock(str(self.events))
+        self.addCleanup(holder.release, clean=False)
+        env = {"NOTIFY_SOCKET": str(self.dir / "notify"), "WATCHDOG_USEC": "200000"}
+        with mock.patch.dict(os.environ, env), self.assertLogs("mom_events", "WARNING"):
+            standby = EventsWatcher(self.events, print, standby=True, systemd=True).start()
+            self.addCleanup(standby.stop)
+            self.assertTrue(sock.recv(4096).decode().startswith("READY=1\nSTATUS=standing by: "))
+            self.assertEqual([sock.recv(4096) for _ in range(3)], [b"WATCHDOG=1"] * 3)  # while it waits
+            holder.release(clean=False)
+            while (message := sock.recv(4096)) == b"WATCHDOG=1":
+                pass
+        self.assertEqual(message.decode(), f"STATUS=watching {self.events} (took over)")
 
     def test_a_standby_says_when_the_harness_it_waits_for_hangs(self):
         holder = mom_events._DirectoryLock(str(self.events))
@@ -6652,6 +6672,7 @@ class RejectedInProcessTest(unittest.TestCase):
         self.assertIn("bad.json: cannot delete it (Permission denied); it will not run again", logs.output[1])
         self.assertEqual(h.fired, [])
         self.assertTrue(h.exists("bad.json"))
+        self.assertEqual(mom_events._Journal(str(h.dir)).left().notices, [])  # taken back: no harness sends it
 
     def test_one_that_cannot_even_be_moved_says_its_reason_and_is_recorded(self):
         """Found by the adversarial pass (a read-only directory): the move to a
@@ -6908,6 +6929,18 @@ class ActOnWhatWasJudgedTest(unittest.TestCase):
         self.assertEqual([e.type for _, e in h.fired], [])  # no "missed ... the file was deleted"
         h.tick(h.now + 0.1)
         self.assertEqual(h.texts(), ["new"])
+
+    def test_a_missed_one_shot_that_cannot_be_deleted_leaves_no_notice_to_send(self):
+        """Not deleted, it is not told as deleted: the notice journaled before
+        the deletion is taken back, so that no later harness sends it."""
+        h = Harness(self)
+        h.write("a.json", one_shot(h.now - 3600, text="long gone"), mtime=h.now - 86400 * 700)
+        with mock.patch.object(mom_events.os, "rename", side_effect=PermissionError(30, "Read-only file system")), \
+                self.assertLogs("mom_events", "INFO"):
+            h.start()
+            h.run_workers()
+        self.assertEqual(h.fired, [])
+        self.assertEqual(mom_events._Journal(str(h.dir)).left().notices, [])
 
     def test_a_file_moved_in_as_a_bad_one_is_renamed_is_not_rejected(self):
         for when in ("replace", "rename"):  # as it is renamed to .rejected; as it is taken to a private name

@@ -155,14 +155,17 @@ EQUIVALENT = {
         "a linger of 0 then sets a deadline of now, which returns False the same",
     "channels:_Channels._wait_for_work:number:self._linger <= 0 => 0->-1":
         "the same: a linger of 0 meets its deadline at once; nothing sets a negative one",
+    "scanner:_Hold.wait:compare:silent > _HUNG => Gt->GtE":
+        "differs only when a holder's silence is exactly _HUNG seconds, to the float",
+    "channels:_Loop.closed:bool:return True => True->False":
+        "lost() halts the watcher (sets _stopping), so the while ends after this pass, whose tick can queue "
+        "nothing (the pool is closed)",
     "channels:_Loop.call:return:return result => None":
         "every caller ignores what a callback returns",
     "watcher:EventsWatcher._run:delete:continue => pass":
         "after the spin, the rest of the pass computes a negative timeout and skips the sleep: the same",
     "watcher:EventsWatcher._run:compare:timeout > 0 => Gt->GtE":
         "time.sleep(0) instead of no sleep",
-    "watcher:EventsWatcher._stand_by:delete:return => pass":
-        "after a failed takeover _halt has set _wake, so the while ends at once",
     "watcher:EventsWatcher._run:compare:mono >= next_poll => GtE->Gt":
         "differs only when the monotonic clock reads exactly the poll time",
     "history:_iso:delete:continue => pass":
@@ -191,7 +194,7 @@ EQUIVALENT = {
         "a margin: the worker is then started as the event fires, a thread start (about 0.1 ms) later",
     "watcher:EventsWatcher._run:delete:_spin_until(self._clock, due, time.monotonic() ... => pass":
         "the continue then makes the loop's own passes spin until the due time: the same firing",
-    "watcher:EventsWatcher._keep_alive:compare:mono >= self._next_beat => GtE->Gt":
+    "scanner:_Hold.keep_alive:compare:mono >= self._next_beat => GtE->Gt":
         "differs only when the monotonic clock reads exactly the beat time",
     "watcher:EventsWatcher._run:compare:until_due < _LEAD => Lt->LtE":
         "differs only when the clock reads exactly a millisecond before the due time",
@@ -424,14 +427,10 @@ EQUIVALENT = {
         "the list holds one outcome: its first is its last",
     "cli:_with_signals_handled:bool:daemon=True => True->False":
         "the main thread joins it anyway, and a second signal leaves by os._exit, which waits for no thread",
-    "files:_Files._unlink_taken:delete:self._gone(f.name) => pass":
+    "files:_Files._delete:delete:self._gone(f.name) => pass":
         "the next scan sees the name gone and forgets it the same way; _gone does it a poll sooner",
     "files:_Files._gone:delete:self._scanner.forget(name) => pass":
         "the name was emptied: the directory's mtime changed, so the next scan lists it and finds it gone",
-    "files:_Files._undeletable:delete:return False => pass":
-        "None is as false as False to its callers",
-    "files:_Files._undeletable:return:return False => None":
-        "None is as false as False to its callers",
     "files:_Files._invalid:delete:return => pass#2":
         "the take that follows finds the name empty (or another file) and forgets it: the same outcome",
     "files:_Files._invalid:delete:f.digest = _digest(data) => pass":
@@ -567,7 +566,7 @@ EQUIVALENT = {
     "watcher:EventsWatcher._run:delete:if until_due < _LEAD and action == 'fire': self... => pass":
         "the last millisecond is then reached by passes that skip the sleep (a negative timeout) instead of "
         "by the spin: the same instant, without the worker's stand-by (a thread start later)",
-    "watcher:EventsWatcher._keep_alive:delete:self._next_beat = mono + _HEARTBEAT => pass":
+    "scanner:_Hold.keep_alive:delete:self._next_beat = mono + _HEARTBEAT => pass":
         "cost only: the lock file's mtime is then refreshed at every poll, not every second (a trace as "
         "fresh or fresher)",
     "scanner:_DirectoryLock.__init__:number:os.ftruncate(fd, 0) => 0->1":
