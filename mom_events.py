@@ -2106,16 +2106,16 @@ class _Journal:
 _Record: TypeAlias = Callable[..., None]  # _Outbox.record: a line of the history, if kept
 
 
-def _recover(directory: str, journal: _Journal, record: _Record,
-             own: list[dict[str, Any]]) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]]]:
+def _recover(directory: str, journal: _Journal,
+             record: _Record) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]]]:
     """Take over what the journal says the last harness left (at start-up,
     before anything runs): stop what is left of the runs it cut short and
     record them, delete the files of runs that ended, put back a file it
     was deleting or renaming; then start the journal anew, with what this
-    harness has ``own`` still open (a directory made anew).  Returns the
+    harness has still open (in a directory made anew).  Returns the
     periodic files' accounts, for the start-up's judge, and the notices it
     did not send, to send once the directory has been judged."""
-    left = journal.left()
+    own, left = journal.own(), journal.left()
     here = bool(left.machine) and left.machine == _machine()  # its commands' processes are this machine's
     stopped = {run["id"]: _stop_session(run["sid"], run["start"]) if here else None
                for run in left.open if run["kind"] == "run" and run.get("sid") is not None}
@@ -3806,7 +3806,6 @@ class EventsWatcher:
         now = self._clock() if now is None else now
         self._hold.keep_alive(now, time.monotonic())
         upcoming = self._tick(now, scan)
-        self._channels.staff()  # a worker that could not be started is asked for again
         return None if upcoming is None else upcoming[0]
 
     def scheduled_count(self) -> int:
@@ -3851,13 +3850,11 @@ class EventsWatcher:
 
     # -- the scheduler thread -----------------------------------------------
 
-    def _startup(self, now: float, trace: tuple[float, bool] | None, waiting_since: float | None = None,
-                 own: list[dict[str, Any]] | None = None) -> None:
-        """The start-up, a takeover from the harness whose ``trace`` the lock
-        file kept (``_takeover``), and again in a directory made anew, with
-        what this harness has ``own`` open."""
+    def _startup(self, now: float, trace: tuple[float, bool] | None, waiting_since: float | None = None) -> None:
+        """The start-up (and again in a directory made anew), a takeover from
+        the harness whose ``trace`` the lock file kept (``_takeover``)."""
         self.active = True
-        accounts, notices = _recover(self.events_dir, self._journal, self._out.record, own or [])  # before any run
+        accounts, notices = _recover(self.events_dir, self._journal, self._out.record)  # before anything runs
         self._first_look = _takeover(trace, now, self._misfire_grace, waiting_since, accounts)
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
@@ -3884,13 +3881,14 @@ class EventsWatcher:
     def _tick(self, now: float, poll: bool = True) -> tuple[float, str] | None:
         """One step of the scheduler on wall-clock ``now``: take in the runs
         that finished, look at the directory (if ``poll``), fire or read again
-        what is due.  Returns the next entry's due time and action, if any.
-        Only the writer calls it, the scheduler thread or a test driving
-        simulated time."""
+        what is due, and staff the ready channels.  Returns the next entry's
+        due time and action, if any.  Only the writer calls it (the scheduler
+        thread, or step())."""
         self._files.settle()
         if poll:
             self._poll(now)
         self._files.run_due(now)
+        self._channels.staff()
         return self._schedule.next_due()
 
     def _run(self) -> None:
@@ -3914,7 +3912,6 @@ class EventsWatcher:
                 self._schedule.notice_clock_step(now, mono)
                 upcoming = self._tick(now, polling)
                 timeout = next_poll - mono
-                self._channels.staff()
                 if upcoming is not None:
                     due, action = upcoming
                     until_due = due - self._clock()
@@ -3945,7 +3942,7 @@ class EventsWatcher:
             except OSError as exc:
                 self._scanner.problem(f"cannot be locked ({exc.strerror})")
             else:
-                self._startup(now, trace, own=self._journal.own())
+                self._startup(now, trace)
             return
         first_look = None
         if not self._scanner.in_trouble:
