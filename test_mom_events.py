@@ -12,6 +12,7 @@ import fcntl
 import functools
 import gc
 import heapq
+import importlib
 import inspect
 import io
 import itertools
@@ -8302,6 +8303,11 @@ class RecipeExtrasTest(unittest.TestCase):
     vendoring developer runs the suite, the asyncio recipe's test failed."""
 
     def test_the_async_recipe_is_skipped_saying_why_without_slack_bolt_or_aiohttp(self):
+        # Imported first: the patch's end removes what was imported under it, and the next import of aiohttp
+        # would make a second aiohttp, whose WebSocket close waits 10 s (its timeout) for a reply it cannot tell.
+        for name in ("aiohttp.web", "slack_bolt"):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
         for missing in ("slack_bolt", "aiohttp"):
             with self.subTest(missing=missing), mock.patch.dict(sys.modules, {missing: None}):  # None: not importable
                 result = unittest.TestResult()
