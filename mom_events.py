@@ -1881,6 +1881,7 @@ class _Left:
 
     pid: int | None = None
     machine: str = ""
+    first: int | None = None  # the first of that journal's ids: which journal it is
     cut: list[dict[str, Any]] = field(default_factory=list)
     ended: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
@@ -1901,7 +1902,7 @@ def _fold(data: bytes) -> _Left:
             record = json.loads(line)
             kind = record["kind"]
             if kind == "harness":
-                left.pid, left.machine = record["pid"], record["machine"]
+                left.pid, left.machine, left.first = record["pid"], record["machine"], record.get("first")
             elif kind == "fire":
                 fires[record["file"], record["mtime"], record["due"]] = (record["queued"], number)
             elif kind in ("run", "end"):
@@ -1984,11 +1985,16 @@ class _Journal:
         # Unique beyond this harness: a command's shell journals its run's end
         # by path, which is another harness's journal once the directory was
         # made anew and taken by it (see _Hold.again).
-        self._ids = itertools.count(time.time_ns() // 1000)
+        self.first = time.time_ns() // 1000
+        self._ids = itertools.count(self.first)
         self._broken = False
 
     def next_id(self) -> int:
         return next(self._ids)
+
+    def _header(self) -> dict[str, Any]:
+        """The first record: the harness that writes the file (see _Left)."""
+        return {"kind": "harness", "pid": os.getpid(), "machine": _machine(), "first": self.first}
 
     def left(self) -> _Left:
         """What the journal holds now: what the last harness left."""
@@ -2005,7 +2011,7 @@ class _Journal:
     def begin(self, carried: list[dict[str, Any]]) -> None:
         """Start the file anew: this harness, then the records ``carried`` over."""
         with self._lock:
-            self._replace([{"kind": "harness", "pid": os.getpid(), "machine": _machine()}, *carried])
+            self._replace([self._header(), *carried])
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record, whole or not at all."""
@@ -2039,7 +2045,7 @@ class _Journal:
             with self._lock:
                 own = self._own(gone_ok=False)
                 if own is not None:
-                    self._replace([{"kind": "harness", "pid": os.getpid(), "machine": _machine()}, *own])
+                    self._replace([self._header(), *own])
 
     def own(self) -> list[dict[str, Any]]:
         """What this harness's own journal has still open, to carry over to
@@ -2117,6 +2123,8 @@ def _recover(directory: str, journal: _Journal,
     did not send, to send once the directory has been judged."""
     own, left = journal.own(), journal.left()
     here = bool(left.machine) and left.machine == _machine()  # its commands' processes are this machine's
+    if left.first is not None and left.first == journal.first:
+        left = _Left()  # this harness's own, copied with its directory: what it has open is ``own``
     stopped = {run["id"]: _stop_session(run["sid"], run["start"]) if here else None
                for run in left.open if run["kind"] == "run" and run.get("sid") is not None}
     if stopped:
@@ -2329,7 +2337,8 @@ class _Scanner:
         (and a stat of each new or replaced name) when it does, or when its
         last change is too recent to trust; and a self-paced sweep of per-file stats
         for rewrites in place.  None: nothing changed, or the directory cannot
-        be looked at now (or is another one: ``moved``)."""
+        be looked at now; or, the directory at the path being another one
+        (``moved``), the old one's files, all gone."""
         if self._forgotten:  # nothing may be left of them: a name left in the sweep's list is stat'ed for ever
             forgotten = set()
             while self._forgotten:
@@ -2364,7 +2373,8 @@ class _Scanner:
         dir_id = _directory_id(dir_st)
         if self.directory_id is not None and dir_id != self.directory_id:
             self.moved = True  # made anew: its lock comes first (_Hold.again)
-            return None
+            self._listing, self._sweep_names, self._dir_key = {}, [], None
+            return dict.fromkeys(self._snapshot)  # the old one's files are gone with it
         if self._dir_fd_id != dir_id:
             self._open_dir()
         prefix = self._prefix
@@ -2457,12 +2467,23 @@ class _Hold:
         self._journal = journal
         self._lock: _DirectoryLock | None = None
         self._next_beat = 0.0  # on the monotonic clock
+        self._held: int | None = None  # the lock file another harness holds, while this one waits for it
+        self._holder = ""              # ... and what taking it said
 
     def take(self) -> tuple[float, bool] | None:
         """Make the directory if missing and take its lock; returns its
         previous holder's trace.  EventError names the process that holds it."""
         os.makedirs(self.directory, exist_ok=True)
-        self._lock = lock = _DirectoryLock(self.directory)
+        try:
+            self._lock = lock = _DirectoryLock(self.directory)
+        except EventError as exc:  # its lock file is kept open, for ``wait``
+            self._holder = str(exc)
+            if self._held is None:
+                try:
+                    self._held = os.open(os.path.join(self.directory, _LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    pass
+            raise
         if lock.directory_mode & stat.S_IWOTH:  # whoever writes a file there acts as the agent
             log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
                         self.directory, self.directory)
@@ -2472,19 +2493,32 @@ class _Hold:
     def wait(self, stop: threading.Event, clock: Callable[[], float],
              ping: Callable[[float], None]) -> tuple[float, bool] | None:
         """A standby's: try the lock a few times a second until its holder
-        has gone, or ``stop`` is set; returns that holder's trace.  A holder
-        that shows no sign of life for _HUNG is said to hang, once."""
+        has gone, or ``stop`` is set; returns that holder's trace.  The lock
+        file the holder holds is kept open (``take``), and the lock is tried
+        again only once that is free: a directory made anew has a free lock
+        of its own while the holder lives on in the old one until it
+        notices.  A holder silent for _HUNG is said to hang, once."""
         hung = False
         while not stop.wait(_STANDBY_TRY):
             ping(time.monotonic())
-            try:
-                return self.take()
-            except (EventError, OSError) as exc:
-                silent = clock() - (_last_beat(self.directory) or math.inf)
-                if silent > _HUNG and not hung:
-                    log.warning("%s, and has shown no sign of life for %s: it may hang (under systemd, WatchdogSec= "
-                                "replaces a harness that hangs)", exc, _span(silent))
-                hung = silent > _HUNG
+            if self._held is not None:
+                try:
+                    fcntl.flock(self._held, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass  # its holder lives
+                else:
+                    os.close(self._held)
+                    self._held = None
+            if self._held is None:
+                try:
+                    return self.take()
+                except (EventError, OSError) as exc:
+                    self._holder = str(exc)
+            silent = clock() - (_last_beat(self.directory) or math.inf)
+            if silent > _HUNG and not hung:
+                log.warning("%s, and has shown no sign of life for %s: it may hang (under systemd, WatchdogSec= "
+                            "replaces a harness that hangs)", self._holder, _span(silent))
+            hung = silent > _HUNG
         return None
 
     def again(self) -> tuple[float, bool] | None:
@@ -2516,6 +2550,9 @@ class _Hold:
         """Let go of the directory (a clean stop at ``now``): its lock and the scanner's descriptor."""
         if self._lock is not None:
             self._lock.release(now=now)  # once: it closes its descriptor only once
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None
         self._scanner.close()
 
 
@@ -3821,8 +3858,7 @@ class EventsWatcher:
         deadline = time.monotonic() + timeout
         closer = self._begin_closing()
         busy = self._channels.wait(timeout)
-        me = threading.current_thread()
-        if not busy and me is not self._thread and not self._channels.in_job():
+        if not busy and threading.current_thread() is not self._thread and not self._channels.in_job():
             # The closer waits for the scheduler thread's nap to end, then lets the directory go.
             closer.join(max(deadline - time.monotonic(), 2 * _NAP))
         return busy
@@ -3879,11 +3915,10 @@ class EventsWatcher:
         self._run()
 
     def _tick(self, now: float, poll: bool = True) -> tuple[float, str] | None:
-        """One step of the scheduler on wall-clock ``now``: take in the runs
-        that finished, look at the directory (if ``poll``), fire or read again
-        what is due, and staff the ready channels.  Returns the next entry's
-        due time and action, if any.  Only the writer calls it (the scheduler
-        thread, or step())."""
+        """One step on wall-clock ``now``: take in the finished runs, look at
+        the directory (if ``poll``), fire or read again what is due, staff the
+        ready channels.  Returns the next entry's due time and action, if any.
+        Only the writer calls it: the scheduler thread, or step()."""
         self._files.settle()
         if poll:
             self._poll(now)
@@ -3935,6 +3970,8 @@ class EventsWatcher:
         looked at) judges what it finds by the start-up rules for that spell."""
         changes = self._scanner.scan(startup=self._first_look is not None)
         if self._scanner.moved:  # made anew: taken over as at a start, for a harness may have run there
+            if changes is not None:
+                self._files.apply(changes, now)  # what the old one held is gone
             try:
                 trace = self._hold.again()
             except EventError as exc:  # another harness has it

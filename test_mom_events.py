@@ -700,7 +700,7 @@ os.rename(out + ".tmp", out + ".run")
 _TRACED = ('exec 2>/dev/null; h=$(cut -d" " -f4 /proc/$PPID/stat); '
            't() { echo "$1 $MOM_EVENT_FILE $MOM_EVENT_TYPE ${MOM_EVENT_DUE:--} $$ $h $(date +%s.%N)" >> {trace}; }; '
            't begin; trap \'trap "" TERM; t term; exit 143\' TERM; '
-           'sleep "$MOM_EVENT_TEXT" 2>/dev/null & wait $!; t end')
+           'sleep "$MOM_EVENT_TEXT" 2>/dev/null & wait $!; trap "" TERM; t end')  # a SIGTERM then kills no date
 
 
 class Run:
@@ -4216,6 +4216,24 @@ class KillTest(CliCase):
                 pass
         self.assertEqual(message.decode(), f"STATUS=watching {self.events} (took over)")
 
+    def test_a_standby_waits_for_its_holder_though_the_directory_is_made_anew(self):
+        """Found by the fourth adversarial pass of issue 32: the new
+        directory's lock was free while the holder lived on in the old one, so
+        the standby took over beside it, and the holder's command outlived both."""
+        holder = mom_events._DirectoryLock(str(self.events))
+        self.addCleanup(holder.release, clean=False)
+        with self.assertLogs("mom_events", "WARNING"):
+            standby = EventsWatcher(self.events, print, standby=True).start()
+        self.addCleanup(standby.stop)
+        subprocess.run(["rm", "-rf", str(self.events)], check=True)
+        self.events.mkdir()
+        time.sleep(5 * mom_events._STANDBY_TRY)
+        self.assertFalse(standby.active, "took over while its holder lived")
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            holder.release(clean=False)
+            self.assertTrue(wait_for(lambda: standby.active, 5))
+        self.assertIn("the harness that held it has gone", "\n".join(logs.output))
+
     def test_a_standby_says_when_the_harness_it_waits_for_hangs(self):
         holder = mom_events._DirectoryLock(str(self.events))
         self.addCleanup(holder.release, clean=False)
@@ -4415,6 +4433,26 @@ class DirectoryLockTest(unittest.TestCase):
         with self.assertLogs("mom_events", "INFO") as logs:
             h.tick(h.now + 1)
         self.assertIn("was made anew; took its lock", "\n".join(logs.output))
+
+    def test_what_the_old_directory_held_fires_no_more_while_the_new_one_cannot_be_locked(self):
+        """Found by the fourth adversarial pass of issue 32: the old one's
+        files were gone with it, yet stayed scheduled (a periodic one fired
+        every second) while the new one's lock could not be taken."""
+        h = Harness(self)
+        h.start()
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "tick", "every": "1s"}, mtime=h.now)
+        h.tick(h.now + 0.1)
+        h.advance(2)
+        self.assertEqual(h.texts(), ["tick", "tick"])
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        h.dir.mkdir()
+        denied = PermissionError(1, "Operation not permitted")
+        with mock.patch.object(mom_events, "_DirectoryLock", side_effect=denied), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            for _ in range(5):
+                h.tick(h.now + 1)
+        self.assertEqual(h.texts(), ["tick", "tick"])
+        self.assertIn("cannot be locked (Operation not permitted); waiting for it", logs.output[0])
 
     def test_what_a_directory_made_anew_holds_is_judged_as_written_while_no_harness_looked(self):
         h = Harness(self, now=utc(2026, 3, 2, 9).timestamp())
@@ -4791,6 +4829,29 @@ class CrashTest(unittest.TestCase):
                       "stopped the 1 process its command left; its file stays, so it runs again", logs.output)
         self.assertEqual(h.texts(), ["y"])  # once, after
         self.assertEqual(self.outcomes("y.json"), ["interrupted", "queued", "started", "done"])
+
+    def test_a_directory_copied_back_in_place_holds_this_harnesss_own_journal_not_a_dead_ones(self):
+        """Found by the fourth adversarial pass of issue 32: ``cp -a ev ev.new
+        && rm -rf ev && mv ev.new ev`` (a restore) copied this harness's own
+        journal, which it then took for a dead harness's: it stopped its own
+        command and said it had died."""
+        h = self.harness()
+        h.start()
+        command = subprocess.Popen(["sleep", "30"], start_new_session=True)  # its command, running
+        self.addCleanup(lambda: command.poll() is None and command.kill())
+        h.w._journal.write({"kind": "run", "id": 7, "file": "a.json", "type": "immediate", "channelId": "C1",
+                            "due": None, "sig": None, "final": True, "sid": command.pid,
+                            "start": mom_events._process_start(command.pid)})
+        copy = h.dir.with_name(h.dir.name + ".new")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(copy)], check=False))
+        subprocess.run(["cp", "-a", str(h.dir), str(copy)], check=True)
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        os.rename(copy, h.dir)
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.tick(h.now + 0.1)
+        self.assertNotIn("cut short", "\n".join(logs.output))
+        self.assertIsNone(command.poll(), "its own command was stopped")
+        self.assertEqual([run["id"] for run in mom_events._Journal(str(h.dir)).left().cut], [7])  # carried over
 
     def test_each_harnesss_run_ids_are_its_own(self):
         """A command's shell journals its run's end by path: once the
