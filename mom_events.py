@@ -1653,13 +1653,11 @@ _DIED_WITHIN = 2 * _HEARTBEAT
 _HUNG = 30 * _HEARTBEAT  # a holder silent this long may hang: a standby says so
 
 
-def _last_beat(directory: str) -> float | None:
-    """When the harness holding the directory was last alive, by its lock
-    file; None when its lock file says nothing of it (an older version)."""
+def _last_beat(fd: int) -> float | None:
+    """When the harness holding the lock file open as ``fd`` was last alive;
+    None when the file says nothing of it (an older version)."""
     try:
-        with open(os.path.join(directory, _LOCK_NAME), "rb") as file:
-            rest = file.read(256).partition(b"\n")[2]
-            mtime = os.fstat(file.fileno()).st_mtime
+        rest, mtime = os.pread(fd, 256, 0).partition(b"\n")[2], os.fstat(fd).st_mtime
     except OSError:
         return None
     trace = _DirectoryLock._trace(rest, mtime)
@@ -2514,7 +2512,8 @@ class _Hold:
                     return self.take()
                 except (EventError, OSError) as exc:
                     self._holder = str(exc)
-            silent = clock() - (_last_beat(self.directory) or math.inf)
+            seen = None if self._held is None else _last_beat(self._held)  # its own, though the directory was made anew
+            silent = clock() - (seen or math.inf)
             if silent > _HUNG and not hung:
                 log.warning("%s, and has shown no sign of life for %s: it may hang (under systemd, WatchdogSec= "
                             "replaces a harness that hangs)", self._holder, _span(silent))
