@@ -4243,6 +4243,8 @@ class KillTest(CliCase):
             standby = EventsWatcher(self.events, print, standby=True).start()
             self.addCleanup(standby.stop)
             self.assertTrue(wait_for(lambda: any("sign of life" in line for line in logs.output), 2))
+            time.sleep(3 * mom_events._STANDBY_TRY)
+        self.assertEqual(len([line for line in logs.output if "sign of life" in line]), 1)  # said once
         self.assertRegex(logs.output[-1], r"is already watched by process \d+ \(lock file \.mom_events\.lock\), and "
                                           r"has shown no sign of life for 45 seconds: it may hang \(under systemd, "
                                           r"WatchdogSec= replaces a harness that hangs\)$")
@@ -4821,14 +4823,29 @@ class CrashTest(unittest.TestCase):
         left.write({"kind": "run", "id": 1, "file": "y.json", "type": "immediate", "channelId": "C1", "due": None,
                     "sig": None, "final": True, "sid": command.pid, "start": mom_events._process_start(command.pid)})
         left.close()
+        lock = h.dir / ".mom_events.lock"  # its trace: alive 10 s ago
+        lock.write_text(f"{other.pid}\n{mom_events._TRACE}")
+        os.utime(lock, (h.now - 10, h.now - 10))
         h.write("y.json", immediate(text="y"))
+        h.write("waiting.json", immediate(text="waiting"), mtime=h.now - 30)  # not stale: it was alive then
         with self.assertLogs("mom_events", "INFO") as logs:
             h.tick(h.now + 0.1)  # the new lock, and a takeover
         self.assertEqual(command.wait(5), -signal.SIGTERM)  # stopped before anything ran
         self.assertIn(f"WARNING:mom_events:y.json: cut short: the harness (process {other.pid}) died while it ran; "
                       "stopped the 1 process its command left; its file stays, so it runs again", logs.output)
-        self.assertEqual(h.texts(), ["y"])  # once, after
+        self.assertEqual(sorted(h.texts()), ["waiting", "y"])  # once each, after
         self.assertEqual(self.outcomes("y.json"), ["interrupted", "queued", "started", "done"])
+
+    def test_a_run_open_as_the_directory_is_made_anew_goes_to_the_new_journal(self):
+        h = self.harness()
+        h.start()
+        h.w._journal.write({"kind": "run", "id": 99, "file": "hook.json", "type": "immediate", "channelId": "C1",
+                            "due": None, "sig": None, "final": True})  # running now
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        h.dir.mkdir()
+        with self.assertLogs("mom_events", "INFO"):
+            h.tick(h.now + 0.1)
+        self.assertEqual([run["id"] for run in mom_events._Journal(str(h.dir)).left().cut], [99])
 
     def test_a_directory_copied_back_in_place_holds_this_harnesss_own_journal_not_a_dead_ones(self):
         """Found by the fourth adversarial pass of issue 32: ``cp -a ev ev.new

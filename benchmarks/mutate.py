@@ -157,6 +157,18 @@ EQUIVALENT = {
         "the same: a linger of 0 meets its deadline at once; nothing sets a negative one",
     "scanner:_Hold.wait:compare:silent > _HUNG => Gt->GtE":
         "differs only when a holder's silence is exactly _HUNG seconds, to the float",
+    "scanner:_Hold.wait:compare:silent > _HUNG => Gt->GtE#2":
+        "differs only when a holder's silence is exactly _HUNG seconds, to the float",
+    "scanner:_Hold.wait:delete:return None => pass":
+        "the function then ends, returning None all the same",
+    "scanner:_Hold.wait:return:return None => 0":
+        "_stand_by looks at the stop flag before the trace, and only a stop ends the loop",
+    "scanner:_Hold.again:bool:clean=False => False->True":
+        "the old lock file went with its directory: the clean stop it would then say is read by no one",
+    "scanner:_Hold.__init__:number:self._next_beat = 0.0 => 0.0->1.0":
+        "the monotonic clock is past a second from boot on: the first beat comes at once either way",
+    "scanner:_Journal.compact:compare:self._size > _JOURNAL_COMPACT => Gt->GtE":
+        "differs only when the journal is exactly _JOURNAL_COMPACT bytes long",
     "channels:_Loop.closed:bool:return True => True->False":
         "lost() halts the watcher (sets _stopping), so the while ends after this pass, whose tick can queue "
         "nothing (the pool is closed)",
