@@ -1982,8 +1982,9 @@ class _Journal:
         self._size = 0
         # Unique beyond this harness: a command's shell journals its run's end
         # by path, which is another harness's journal once the directory was
-        # made anew and taken by it (see _Hold.again).
-        self.first = time.time_ns() // 1000
+        # made anew and taken by it (see _Hold.again).  Random, within what a
+        # JSON number holds exactly: which journal is whose, too (_recover).
+        self.first = int.from_bytes(os.urandom(6), "big") << 4
         self._ids = itertools.count(self.first)
         self._broken = False
 
@@ -2111,17 +2112,19 @@ _Record: TypeAlias = Callable[..., None]  # _Outbox.record: a line of the histor
 
 
 def _recover(directory: str, journal: _Journal,
-             record: _Record) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]]]:
+             record: _Record) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]], bool]:
     """Take over what the journal says the last harness left (at start-up,
     before anything runs): stop what is left of the runs it cut short and
     record them, delete the files of runs that ended, put back a file it
     was deleting or renaming; then start the journal anew, with what this
     harness has still open (in a directory made anew).  Returns the
-    periodic files' accounts, for the start-up's judge, and the notices it
-    did not send, to send once the directory has been judged."""
+    periodic files' accounts, for the start-up's judge, the notices it did
+    not send, to send once the directory has been judged, and whether the
+    journal was this harness's own (the directory copied back in place)."""
     own, left = journal.own(), journal.left()
     here = bool(left.machine) and left.machine == _machine()  # its commands' processes are this machine's
-    if left.first is not None and left.first == journal.first:
+    mine = left.first is not None and left.first == journal.first
+    if mine:
         left = _Left()  # this harness's own, copied with its directory: what it has open is ``own``
     stopped = {run["id"]: _stop_session(run["sid"], run["start"]) if here else None
                for run in left.open if run["kind"] == "run" and run.get("sid") is not None}
@@ -2142,7 +2145,7 @@ def _recover(directory: str, journal: _Journal,
             notices.append({**notice, "id": journal.next_id()})
     carried = [record for version, account in left.accounts.items() for record in _account_records(version, account)]
     journal.begin(carried + notices + own)
-    return left.accounts, notices
+    return left.accounts, notices, mine
 
 
 def _put_back_taken(directory: str) -> None:
@@ -3886,11 +3889,11 @@ class EventsWatcher:
     # -- the scheduler thread -----------------------------------------------
 
     def _startup(self, now: float, trace: tuple[float, bool] | None, waiting_since: float | None = None) -> None:
-        """The start-up (and again in a directory made anew), a takeover from
-        the harness whose ``trace`` the lock file kept (``_takeover``)."""
+        """The start-up, and again in a directory made anew: a takeover from the
+        harness whose ``trace`` the lock file kept, or from none (its own journal, copied back)."""
         self.active = True
-        accounts, notices = _recover(self.events_dir, self._journal, self._out.record)  # before anything runs
-        self._first_look = _takeover(trace, now, self._misfire_grace, waiting_since, accounts)
+        accounts, notices, mine = _recover(self.events_dir, self._journal, self._out.record)  # before anything runs
+        self._first_look = _takeover((now, True) if mine else trace, now, self._misfire_grace, waiting_since, accounts)
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
         self._out.resend(notices)

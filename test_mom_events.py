@@ -4836,6 +4836,30 @@ class CrashTest(unittest.TestCase):
         self.assertEqual(sorted(h.texts()), ["waiting", "y"])  # once each, after
         self.assertEqual(self.outcomes("y.json"), ["interrupted", "queued", "started", "done"])
 
+    def test_a_directory_copied_back_in_place_had_no_downtime(self):
+        """Found by the fifth adversarial pass of issue 32: the occurrences
+        since the copied lock file's last beat were told as missed while no
+        harness ran, and with catchUp the latest of them, which had run, ran
+        again."""
+        h = self.harness()
+        h.start()
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "tick", "every": "1s", "catchUp": True},
+                mtime=h.now)
+        h.tick(h.now + 0.1)
+        copy = h.dir.with_name(h.dir.name + ".new")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", str(copy)], check=False))
+        subprocess.run(["cp", "-a", str(h.dir), str(copy)], check=True)
+        h.advance(3)
+        subprocess.run(["rm", "-rf", str(h.dir)], check=True)
+        os.rename(copy, h.dir)
+        with self.assertLogs("mom_events", "INFO"):
+            h.tick(h.now + 0.1)
+            h.advance(2)
+        dues = [event.due for _, event in h.fired]
+        self.assertEqual(len(dues), 5)
+        self.assertEqual(len(set(dues)), 5, dues)  # none twice
+        self.assertNotIn("missed", self.outcomes("p.json"))
+
     def test_a_run_open_as_the_directory_is_made_anew_goes_to_the_new_journal(self):
         h = self.harness()
         h.start()

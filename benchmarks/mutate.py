@@ -159,6 +159,14 @@ EQUIVALENT = {
         "differs only when a holder's silence is exactly _HUNG seconds, to the float",
     "scanner:_Hold.wait:compare:silent > _HUNG => Gt->GtE#2":
         "differs only when a holder's silence is exactly _HUNG seconds, to the float",
+    "scanner:_last_beat:delete:return None => pass":
+        "pread and fstat of a descriptor this harness holds open do not fail",
+    "scanner:_last_beat:return:return None => 0":
+        "pread and fstat of a descriptor this harness holds open do not fail",
+    "scanner:_last_beat:number:os.pread(fd, 256, 0) => 256->257":
+        "a lock file is a PID and two short lines, far shorter",
+    "scanner:_Journal._own:delete:return None => pass#3":
+        "the function then ends, returning None all the same",
     "scanner:_Hold.wait:delete:return None => pass":
         "the function then ends, returning None all the same",
     "scanner:_Hold.wait:return:return None => 0":
