@@ -62,7 +62,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 if TYPE_CHECKING:  # imported where used: asyncio alone costs ~10 MB of memory
     import asyncio
     import selectors
-    import socket
     import subprocess
 
 __all__ = ["Event", "EventError", "EventsWatcher", "events_prompt", "next_fire", "parse_event"]
@@ -2229,16 +2228,15 @@ class _Systemd:
         usec, pid = environ.get("WATCHDOG_USEC", ""), environ.get("WATCHDOG_PID", "")
         self._every = int(usec) / 2e6 if usec.isdigit() and int(usec) and pid in ("", str(os.getpid())) else None
         self._next_ping = 0.0
-        self._socket: socket.socket | None = None
 
     def send(self, *lines: str) -> None:
+        """One datagram, on a socket of its own: nothing is left open when the watcher goes."""
         if not self._address:
             return
         import socket
         try:
-            if self._socket is None:
-                self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            self._socket.sendto("\n".join(lines).encode(), self._address)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                sock.sendto("\n".join(lines).encode(), self._address)
         except OSError as exc:  # no manager listens any more: nothing to tell
             log.debug("cannot notify systemd at %s (%s)", self._address, exc.strerror or exc)
 

@@ -4613,7 +4613,7 @@ class CrashTest(unittest.TestCase):
         h = self.harness()
         h.startup(None)
         proc = subprocess.Popen(["sleep", "30"], start_new_session=True)  # what a command left running
-        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.addCleanup(lambda: (proc.kill(), proc.wait()))
         journal = h.w._journal
         common = {"channelId": "C1", "due": None, "sig": None, "final": True}
         journal.write({"kind": "run", "id": 97, "file": "hook.json", "type": "immediate", **common,
@@ -4816,7 +4816,7 @@ class CrashTest(unittest.TestCase):
         other = subprocess.Popen(["true"])  # the other harness, dead by now
         other.wait()
         command = subprocess.Popen(["sleep", "30"], start_new_session=True)  # what it left running for y.json
-        self.addCleanup(lambda: command.poll() is None and command.kill())
+        self.addCleanup(lambda: (command.kill(), command.wait()))
         left = mom_events._Journal(str(h.dir))
         left.begin([])
         left.write({"kind": "harness", "pid": other.pid, "machine": mom_events._machine()})
@@ -4879,7 +4879,7 @@ class CrashTest(unittest.TestCase):
         h = self.harness()
         h.start()
         command = subprocess.Popen(["sleep", "30"], start_new_session=True)  # its command, running
-        self.addCleanup(lambda: command.poll() is None and command.kill())
+        self.addCleanup(lambda: (command.kill(), command.wait()))
         h.w._journal.write({"kind": "run", "id": 7, "file": "a.json", "type": "immediate", "channelId": "C1",
                             "due": None, "sig": None, "final": True, "sid": command.pid,
                             "start": mom_events._process_start(command.pid)})
