@@ -2131,7 +2131,7 @@ def _recover(directory: str, journal: _Journal,
         left = journal.left()  # what their shells journaled, of the commands that ended meanwhile
     _put_back_taken(directory)
     for run in left.cut:
-        detail = _cut_short(run, left.pid, stopped.get(run["id"]))
+        detail = _cut_short(directory, run, left.pid, stopped.get(run["id"]))
         log.warning("%s: %s", run["file"], detail)
         record("interrupted", run["file"], type=run["type"], channelId=run["channelId"], dueAt=run["due"],
                detail=detail)
@@ -2160,7 +2160,7 @@ def _put_back_taken(directory: str) -> None:
         _put_back(os.path.join(directory, name), os.path.join(directory, name[1:].removesuffix(_TAKEN)))
 
 
-def _cut_short(run: dict[str, Any], pid: int | None, stopped: int | None) -> str:
+def _cut_short(directory: str, run: dict[str, Any], pid: int | None, stopped: int | None) -> str:
     """What is said of a run the last harness started and never ended;
     ``stopped``: how many processes its command left (None: not this
     machine's to stop)."""
@@ -2173,6 +2173,8 @@ def _cut_short(run: dict[str, Any], pid: int | None, stopped: int | None) -> str
         return detail + "; it is sent again"
     if run["type"] == "periodic":
         return detail + "; it counts as missed"
+    if not os.path.lexists(os.path.join(directory, run["file"])):
+        return detail + "; its file is gone (with the directory it was in, maybe)"
     return detail + "; its file stays, so it runs again"
 
 

@@ -4627,7 +4627,7 @@ class CrashTest(unittest.TestCase):
         self.assertEqual(proc.wait(5), -signal.SIGTERM)
         cut = f"cut short: the harness (process {os.getpid()}) died while it ran"
         self.assertIn(f"WARNING:mom_events:hook.json: {cut}; stopped the 1 process its command left; its file "
-                      "stays, so it runs again", logs.output)
+                      "is gone (with the directory it was in, maybe)", logs.output)  # none was written
         self.assertIn(f"WARNING:mom_events:bad.json: {cut}; it is sent again", logs.output)
         self.assertEqual({r["filename"]: r.get("detail") for r in read_history(self.history)
                           if r["filename"].startswith("s")},
@@ -4802,7 +4802,7 @@ class CrashTest(unittest.TestCase):
             after = self.successor(h, h.now + 2, last_beat=h.now)
         self.assertEqual([(e.filename, e.type) for _, e in after.fired], [("bad.json", "rejected")])
         self.assertIn(f"WARNING:mom_events:hook.json: cut short: the harness (process {os.getpid()}) died while it "
-                      "ran; its file stays, so it runs again", logs.output)
+                      "ran; its file is gone (with the directory it was in, maybe)", logs.output)  # none was written
 
     def test_a_directory_made_anew_and_held_by_another_harness_meanwhile_is_taken_over_from_it(self):
         """Found by the third adversarial pass of issue 32: a harness stalled
@@ -4870,6 +4870,10 @@ class CrashTest(unittest.TestCase):
         with self.assertLogs("mom_events", "INFO"):
             h.tick(h.now + 0.1)
         self.assertEqual([run["id"] for run in mom_events._Journal(str(h.dir)).left().cut], [99])
+        with self.assertLogs("mom_events", "WARNING") as logs:  # killed: the next harness says what became of it
+            self.successor(h, h.now + 2, last_beat=h.now)
+        self.assertIn(f"WARNING:mom_events:hook.json: cut short: the harness (process {os.getpid()}) died while it "
+                      "ran; its file is gone (with the directory it was in, maybe)", logs.output)
 
     def test_a_directory_copied_back_in_place_holds_this_harnesss_own_journal_not_a_dead_ones(self):
         """Found by the fourth adversarial pass of issue 32: ``cp -a ev ev.new
