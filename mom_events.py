@@ -1981,9 +1981,10 @@ class _Journal:
         self._size = 0
         # Unique beyond this harness: a command's shell journals its run's end
         # by path, which is another harness's journal once the directory was
-        # made anew and taken by it (see _Hold.again).  Random, within what a
-        # JSON number holds exactly: which journal is whose, too (_recover).
-        self.first = int.from_bytes(os.urandom(6), "big") << 4
+        # made anew and taken by it (see _Hold.again).  Random, and which
+        # journal is whose, too (_recover): 52 bits, so that its ids stay
+        # below 2**53, which a JSON number holds exactly.
+        self.first = int.from_bytes(os.urandom(7), "big") >> 4
         self._ids = itertools.count(self.first)
         self._broken = False
 
@@ -2471,15 +2472,16 @@ class _Hold:
         self._held: int | None = None  # the lock file another harness holds, while this one waits for it
         self._holder = ""              # ... and what taking it said
 
-    def take(self) -> tuple[float, bool] | None:
+    def take(self, waiting: bool = False) -> tuple[float, bool] | None:
         """Make the directory if missing and take its lock; returns its
-        previous holder's trace.  EventError names the process that holds it."""
+        previous holder's trace.  EventError names the process that holds it,
+        whose lock file a standby (``waiting``) keeps open, for ``wait``."""
         os.makedirs(self.directory, exist_ok=True)
         try:
             self._lock = lock = _DirectoryLock(self.directory)
-        except EventError as exc:  # its lock file is kept open, for ``wait``
+        except EventError as exc:
             self._holder = str(exc)
-            if self._held is None:
+            if waiting and self._held is None:
                 try:
                     self._held = os.open(os.path.join(self.directory, _LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
@@ -2512,7 +2514,7 @@ class _Hold:
                     self._held = None
             if self._held is None:
                 try:
-                    return self.take()
+                    return self.take(waiting=True)
                 except (EventError, OSError) as exc:
                     self._holder = str(exc)
             seen = None if self._held is None else _last_beat(self._held)  # its own, though the directory was made anew
@@ -3802,7 +3804,7 @@ class EventsWatcher:
             if self._thread is not None or self._stepped:
                 raise RuntimeError("an EventsWatcher can be started only once")
             try:
-                trace = self._hold.take()
+                trace = self._hold.take(waiting=self._standby and thread)
             except EventError as exc:
                 if not self._standby or not thread:  # a standby waits on a thread of its own
                     raise

@@ -4456,6 +4456,20 @@ class DirectoryLockTest(unittest.TestCase):
         self.assertEqual(h.texts(), ["tick", "tick"])
         self.assertIn("cannot be locked (Operation not permitted); waiting for it", logs.output[0])
 
+    def test_a_watcher_refused_the_lock_keeps_no_descriptor_a_standby_keeps_one(self):
+        holder = self.lock()
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(10):
+            with self.assertRaisesRegex(EventError, "is already watched by process"):
+                EventsWatcher(self.dir, print).start()
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+        with self.assertLogs("mom_events", "WARNING"):
+            standby = EventsWatcher(self.dir, print, standby=True).start()
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before + 1)  # its holder's lock file, to wait on
+        standby.stop()
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+        holder.release(clean=False)
+
     def test_what_a_directory_made_anew_holds_is_judged_as_written_while_no_harness_looked(self):
         h = Harness(self, now=utc(2026, 3, 2, 9).timestamp())
         h.start()
