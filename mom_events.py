@@ -3347,7 +3347,7 @@ class _Outbox:
 
     def counted(self, f: _File, verdict: _Verdict, now: float) -> None:
         """The occurrences of a periodic file missed before ``now`` are said,
-        once (the journal's "counted" keeps the next harness from again)."""
+        once: the journal's "counted" keeps the next harness from saying them again."""
         missed = verdict.missed
         caught = "; running the latest now, late (catchUp)" if f.parsed.catch_up and verdict.action != "drop" else ""
         detail = (f"{missed}{' or more' if missed >= _MISSED_COUNT else ''} occurrence{'s' if missed > 1 else ''} "
@@ -3412,8 +3412,8 @@ class _Files:
     runs that finished into deleted files.
 
     One thread at a time changes it, the *writer*: the scheduler thread while
-    it runs, then the one that closes the watcher.  So it has no lock.  The
-    runs themselves are ``runs``' (``_Runs``), on the workers."""
+    it runs, then the one that closes the watcher.  So it has no lock.  What
+    it sends goes through ``_Outbox``; the runs are ``_Runs``', on the workers."""
 
     def __init__(self, directory: str, scanner: _Scanner, out: _Outbox, finished: deque[_Job]) -> None:
         self.directory = directory
@@ -3512,7 +3512,7 @@ class _Files:
             log.error("%s; leaving the file in place", exc)
             written = _as_written(data)
             self._out.record("invalid", f.name, type=written.get("type"), channelId=written.get("channelId"),
-                        detail=exc.reason + "; the file stays")
+                             detail=exc.reason + "; the file stays")
             return
         except EventError as exc:
             f.event = None
@@ -3643,8 +3643,8 @@ class _Files:
         """Send an occurrence (``_Outbox.occurrence``); the ``final`` one
         discarded by a full queue ends its file here and now."""
         event = f.parsed
-        if self._out.occurrence(f, due, late, final) == "full" and final and self._delete(f) \
-                and event.type == "periodic":
+        if (self._out.occurrence(f, due, late, final) == "full" and final and self._delete(f)
+                and event.type == "periodic"):
             self._out.record("ended", f.name, event, detail="its last occurrence was discarded: the queue was full")
 
     def _cancel(self, f: _File, why: str | None = None) -> None:
@@ -3654,7 +3654,7 @@ class _Files:
         withdrawn = queued is not None and self._out.withdraw(queued)
         if why and f.event is not None and (due is not None or withdrawn):
             self._out.record("cancelled", f.name, f.event, dueAt=due or (queued.due if queued is not None else None),
-                        detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
+                             detail=why + (" while waiting in the queue" if withdrawn else " before it was due"))
         self.schedule.cancel(f)
         f.queued = None
 
@@ -3705,7 +3705,6 @@ class _Files:
         has the name next is new, even a file with the old one's stat."""
         self._forget(name, why)
         self._scanner.forget(name)
-
 
 
 def _checked_options(handler: object, on_error: object, poll_interval: float, max_queued: int,
@@ -3969,9 +3968,9 @@ class EventsWatcher:
                 time.sleep(min(timeout, _NAP))
 
     def _poll(self, now: float) -> None:
-        """Scan and act on what changed.  The first look at the directory in
-        a while (at start-up, or after a spell in which it could not be
-        looked at) judges what it finds by the start-up rules for that spell."""
+        """Scan and act on what changed.  The first look in a while (at start-up,
+        after a spell in which the directory could not be looked at, or in one
+        made anew) judges what it finds by the start-up rules for that spell."""
         changes = self._scanner.scan(startup=self._first_look is not None)
         if self._scanner.moved:  # made anew: taken over as at a start, for a harness may have run there
             if changes is not None:
