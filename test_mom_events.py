@@ -4465,6 +4465,7 @@ class DirectoryLockTest(unittest.TestCase):
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
         with self.assertLogs("mom_events", "WARNING"):
             standby = EventsWatcher(self.dir, print, standby=True).start()
+        self.addCleanup(standby.stop)
         self.assertEqual(len(os.listdir("/proc/self/fd")), before + 1)  # its holder's lock file, to wait on
         standby.stop()
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
