@@ -4399,7 +4399,10 @@ class JournalAccountTest(unittest.TestCase):
                                   "due": t0 + 10, "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
                                   "final": False, "sid": 2 ** 22 + 1, "start": 1})
         b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
-        b.startup((t0 + 12, False))
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            b.startup((t0 + 12, False))
+        self.assertIn(f"WARNING:mom_events:p.json: cut short: the harness (process {os.getpid()}) died while it ran; "
+                      "it counts as missed", logs.output)  # its session (2**22 + 1, started at 1) is gone
         b.advance(20)  # B runs t0 + 20 and t0 + 30, then dies
         c = Harness(self, now=b.now + 1, directory=h.dir, history=h.w._out.history.path)
         c.startup((b.now, False))
@@ -4926,6 +4929,16 @@ class CrashTest(unittest.TestCase):
         second.start()
         mine = [first.w._journal.next_id() for _ in range(100)]
         self.assertTrue(set(mine).isdisjoint(second.w._journal.next_id() for _ in range(100)))
+
+    def test_the_journal_is_compacted_at_a_heartbeat_once_it_has_grown(self):
+        h = self.harness()
+        h.start()
+        for i in range(200):  # what fired and is done: no concern of the next harness
+            h.w._journal.write({"kind": "fire", "file": "p.json", "mtime": 1, "due": i, "queued": False})
+        grown = os.path.getsize(h.dir / ".mom_events.journal")
+        with mock.patch.object(mom_events, "_JOURNAL_COMPACT", 1000), mock.patch.object(mom_events, "_HEARTBEAT", 0):
+            h.tick(h.now + 0.1)
+        self.assertLess(os.path.getsize(h.dir / ".mom_events.journal"), grown / 10)
 
     def test_a_journal_whose_directory_went_is_not_compacted_into_the_new_one(self):
         h = self.harness()
