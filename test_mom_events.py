@@ -4386,6 +4386,25 @@ class JournalAccountTest(unittest.TestCase):
             got = {version: (a.fired, a.lost, a.counted) for version, a in left.accounts.items()}
             self.assertEqual(got, self.model_accounts(records), records)
 
+    def test_a_short_write_is_cut_back_said_once_and_its_recovery_said(self):
+        journal = mom_events._Journal(str(temp_dir(self, "mom_events_journal_")))
+        journal.begin([])
+        self.addCleanup(journal.close)
+        size = os.path.getsize(journal.path)
+        record = {"kind": "fire", "file": "p.json", "mtime": 1, "due": 2.0, "queued": True}
+        real = os.write
+        with mock.patch.object(mom_events.os, "write", lambda fd, data: real(fd, data[:5])), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            journal.write(record)
+            journal.write(record)
+        self.assertEqual(os.path.getsize(journal.path), size)  # no half record left behind
+        self.assertEqual(len(logs.output), 1)  # said once
+        self.assertIn("cannot write the journal", logs.output[0])
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            journal.write(record)
+        self.assertIn("is written again", logs.output[0])
+        self.assertEqual(list(journal.left().accounts), [("p.json", 1)])
+
     def test_a_periodic_occurrence_cut_short_is_counted_missed_once_across_takeovers(self):
         """issue 30's adversarial pass: F5."""
         h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
@@ -4626,6 +4645,20 @@ class CrashTest(unittest.TestCase):
                       "(Permission denied): it runs again", said)
         self.assertNotIn("which had yet to delete it: deleted", said)
         self.assertTrue(h.exists("x.json"))  # put back under its name
+
+    def test_a_periodic_whose_last_occurrence_ran_before_the_kill_is_deleted_and_said_ended(self):
+        h = self.harness(now=utc(2026, 1, 1, 9).timestamp())
+        until = datetime.fromtimestamp(h.now + 10, UTC).isoformat()
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s", "until": until},
+                mtime=h.now - 5)
+        h.w.start(thread=False)
+        h.now += 10
+        h.step(h.now)  # its last occurrence, queued
+        h.workers.pop(0)()  # it ran; killed before the scheduler's next step deleted the file
+        with self.assertLogs("mom_events", "INFO"):
+            self.successor(h, h.now + 3, last_beat=h.now)
+        self.assertFalse(h.exists("p.json"))
+        self.assertEqual(self.outcomes("p.json")[-1], "ended")
 
     def test_what_a_cut_run_left_is_stopped_and_counted_and_a_run_that_ended_unrecorded_says_how(self):
         h = self.harness()
@@ -9169,6 +9202,24 @@ class SupervisionTest(CliCase):
         pids = [int(pid) for pid in self.kept.read_text().split()]
         self.assertEqual([pid for pid in pids if not alive(pid)], [])
         self.assertFalse([line for line in cli.err if "left processes behind" in line])
+
+    def test_a_session_number_reused_by_a_later_process_is_left_alone(self):
+        live = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        self.addCleanup(lambda: (live.kill(), live.wait()))
+        start = mom_events._process_start(live.pid)
+        self.assertEqual(mom_events._stop_session(live.pid, start + 1), 0)  # a leader of another start time
+        self.assertIsNone(live.poll())
+        self.assertEqual(mom_events._stop_session(live.pid, start), 1)
+        self.assertEqual(live.wait(5), -signal.SIGTERM)
+
+    def test_a_session_that_outlives_sigkill_is_given_up_on_with_one_error_line(self):
+        with mock.patch.object(mom_events, "_run_members", return_value=[os.getpid()]), \
+                mock.patch.object(mom_events, "_signal_session"), mock.patch.object(mom_events, "_KILL_WAIT", 0.05), \
+                mock.patch.object(mom_events, "_process_start", return_value=None), \
+                self.assertLogs("mom_events", "ERROR") as logs:
+            self.assertEqual(mom_events._stop_session(4242, 1), 1)
+        self.assertEqual(logs.output,
+                         ["ERROR:mom_events:processes of session 4242 outlive SIGKILL; going on without them"])
 
     def test_a_run_of_zombies_is_gone_a_run_with_a_live_member_is_not(self):
         live = subprocess.Popen(["sleep", "30"], start_new_session=True)
