@@ -91,9 +91,9 @@ _MAX_NAME = 255
 # without its stat changing, so it is looked at again on the next scan until
 # that is older.  A change is the ctime, which every write (and a directory's
 # every new, deleted or renamed name) sets to the clock's now, where an mtime
-# can be set to any time (touch -d, cp -p).  Filesystems that stamp whole seconds (FAT every
-# 2 s, ext3, HFS+) get the coarsest tick; the others stamp from the kernel's
-# coarse clock, a few ms per tick, and get a generous 50 ms.
+# can be set to any time (touch -d, cp -p).  Filesystems that stamp whole
+# seconds (FAT every 2 s, ext3, HFS+) get the coarsest tick; the others stamp
+# from the kernel's coarse clock, a few ms per tick, and get a generous 50 ms.
 _TICK_NS = 2_000_000_000
 _FINE_TICK_NS = 50_000_000
 
@@ -2354,8 +2354,7 @@ class _Scanner:
             seen = self._look(startup)
         except (FileNotFoundError, NotADirectoryError) as exc:
             self.problem("is missing" if isinstance(exc, FileNotFoundError) else "is not a directory")
-            seen = dict.fromkeys(self._snapshot)  # its files are gone with it
-            self._listing, self._sweep_names, self._dir_key = {}, [], None
+            seen = self._gone()
         except OSError as exc:
             self.problem(f"cannot be read ({exc.strerror})")
             return None  # nothing is known to have changed
@@ -2375,8 +2374,7 @@ class _Scanner:
         dir_id = _directory_id(dir_st)
         if self.directory_id is not None and dir_id != self.directory_id:
             self.moved = True  # made anew: its lock comes first (_Hold.again)
-            self._listing, self._sweep_names, self._dir_key = {}, [], None
-            return dict.fromkeys(self._snapshot)  # the old one's files are gone with it
+            return self._gone()
         if self._dir_fd_id != dir_id:
             self._open_dir()
         prefix = self._prefix
@@ -2394,6 +2392,11 @@ class _Scanner:
         if _FAST_SCAN:
             self._sweep(prefix, seen)
         return seen
+
+    def _gone(self) -> dict[str, _Entry | None]:
+        """The directory looked into is no longer at the path: its files are gone with it."""
+        self._listing, self._sweep_names, self._dir_key = {}, [], None
+        return dict.fromkeys(self._snapshot)
 
     def _sweep(self, prefix: str, seen: dict[str, _Entry | None]) -> None:
         """Stat the next few known files, round robin, for rewrites in place."""
