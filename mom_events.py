@@ -2232,22 +2232,27 @@ class _Systemd:
         self._every = int(usec) / 2e6 if usec.isdigit() and int(usec) and pid in ("", str(os.getpid())) else None
         self._next_ping = 0.0
 
-    def send(self, *lines: str) -> None:
-        """One datagram, on a socket of its own: nothing is left open when the watcher goes."""
+    def send(self, *lines: str, wait: float = 1.0) -> None:
+        """One datagram, on a socket of its own: nothing is left open when the
+        watcher goes.  A socket whose reader has stopped reading holds a few
+        datagrams (net.unix.max_dgram_qlen), then blocks the sender: it is
+        waited for ``wait`` seconds at most (a ping, from the scheduler's loop, not at all: the loop blocked
+        for good there would run no event and hear no stop)."""
         if not self._address:
             return
         import socket
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                sock.settimeout(wait)
                 sock.sendto("\n".join(lines).encode(), self._address)
-        except OSError as exc:  # no manager listens any more: nothing to tell
+        except OSError as exc:  # no manager listens, or it reads no more: nothing to tell
             log.debug("cannot notify systemd at %s (%s)", self._address, exc.strerror or exc)
 
     def ping(self, mono: float) -> None:
         """WATCHDOG=1, if it is time (``mono``: the monotonic clock)."""
         if self._every is not None and mono >= self._next_ping:
             self._next_ping = mono + self._every
-            self.send("WATCHDOG=1")
+            self.send("WATCHDOG=1", wait=0)
 
 
 # The journal and the run being performed on this thread (what its "end" record will

@@ -4224,6 +4224,32 @@ class KillTest(CliCase):
                 pass
         self.assertEqual(message.decode(), f"STATUS=watching {self.events} (took over)")
 
+    def test_a_notify_socket_no_one_reads_blocks_neither_the_events_nor_the_stop(self):
+        """Found as a hang in the suite: a datagram socket whose reader stops reading holds a
+        few datagrams, then blocks the sender; the scheduler's loop, blocked in a ping, ran
+        nothing more, and the stop waited for it until the grace ran out."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.addCleanup(sock.close)
+        sock.bind(str(self.dir / "notify"))  # and never read
+        fired = []
+        env = {"NOTIFY_SOCKET": str(self.dir / "notify"), "WATCHDOG_USEC": "20000"}  # a ping every 10 ms
+        with mock.patch.dict(os.environ, env):
+            w = EventsWatcher(self.events, lambda event: fired.append(time.monotonic()), poll_interval=0.02,
+                              systemd=True).start()
+        stopping = threading.Thread(target=w.stop, daemon=True)
+        self.addCleanup(stopping.join, 5)
+        self.addCleanup(sock.close)  # a sender blocked on it, if any, is let go
+        time.sleep(0.3)  # the socket is full
+        written = time.monotonic()
+        self.put("a.json", immediate(text="a"))
+        ran = wait_for(lambda: fired, 3)
+        stopping.start()
+        stopping.join(5)  # STOPPING=1 waits a second at most
+        self.assertTrue(ran, "the loop hangs in a ping")
+        self.assertLess(fired[0] - written, 0.8, "the loop waits in its pings")  # not a ping's second each
+        self.assertFalse(stopping.is_alive(), "the stop hangs")
+        self.assertFalse(w.active)
+
     def test_a_standby_waits_for_its_holder_though_the_directory_is_made_anew(self):
         """Found by the fourth adversarial pass of issue 32: the new
         directory's lock was free while the holder lived on in the old one, so
