@@ -1914,7 +1914,8 @@ def _fold(data: bytes) -> _Left:
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             continue
     for mine in runs.values():
-        run = next((r for r in mine if r["kind"] == "run"), None)
+        begun = [r for r in mine if r["kind"] == "run"]  # the run, then its command's session, if any
+        run = {key: value for r in begun for key, value in r.items()} if begun else None
         harness = next((r for r in mine if r["kind"] == "end" and r.get("by") == "harness"), None)
         shell = next((r for r in mine if r["kind"] == "end" and r.get("by") != "harness"), None)
         if harness is not None:
@@ -3272,10 +3273,11 @@ class _Runs:
         started = time.time()
         if job.due is not None and (event.late is not None or self._clock() - job.due >= _LATE):
             event = replace(event, late=max(0.0, self._clock() - job.due))
-        self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
         run = {"id": job.id, "file": event.filename, "type": event.type, "channelId": event.channel_id,
                "due": job.due, "sig": None if job.sig is None else list(job.sig), "digest": job.digest,
                "final": job.final}
+        self._journal.write({"kind": "run", **run})  # first: a harness that dies from here on is said to have
+        self._record("started", event.filename, event, dueAt=job.due)  # cut it short; after "queued": see _put
         _running.journal, _running.run = self._journal, run  # for --exec, to journal its command under
         try:
             finished, error = self._execute(event)

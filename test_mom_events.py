@@ -4750,6 +4750,27 @@ class CrashTest(unittest.TestCase):
                       "so it runs again", "\n".join(logs.output))
         self.assertEqual(self.outcomes("hook.json"), ["queued", "interrupted", "queued", "started", "done"])
 
+    def test_a_run_the_harness_died_in_before_anything_journaled_it_is_recorded_and_runs_again(self):
+        """Seen once by the third adversarial pass of stop 36: a harness killed in a callback, or
+        before its command was journaled, left a "started" line with no outcome, and the next
+        harness knew nothing of the run."""
+        h = self.harness()
+        h.write("hook.json", immediate(text="hook"))
+        h.startup(None)  # queued; its worker held
+        inside, release = threading.Event(), threading.Event()
+        h.handler = lambda event: (inside.set(), release.wait(10))
+        worker = threading.Thread(target=h.workers.pop(0), daemon=True)
+        self.addCleanup(worker.join, 10)
+        self.addCleanup(release.set)
+        worker.start()
+        self.assertTrue(inside.wait(5))  # killed here: the callback runs
+        with self.assertLogs("mom_events", "INFO") as logs:
+            after = self.successor(h, h.now + 2, last_beat=h.now)
+        self.assertEqual(after.texts(), ["hook"])
+        self.assertIn(f"hook.json: cut short: the harness (process {os.getpid()}) died while it ran; its file stays, "
+                      "so it runs again", "\n".join(logs.output))
+        self.assertEqual(self.outcomes("hook.json"), ["queued", "started", "interrupted", "queued", "started", "done"])
+
     def test_an_occurrence_due_just_after_the_kill_is_caught_up(self):
         """issue 30, item 2: every 10 s with catchUp, killed 0.5 s before an
         occurrence, restarted 4 s after it."""
@@ -4919,6 +4940,25 @@ class CrashTest(unittest.TestCase):
                       "stopped the 1 process its command left; its file stays, so it runs again", logs.output)
         self.assertEqual(sorted(h.texts()), ["waiting", "y"])  # once each, after
         self.assertEqual(self.outcomes("y.json"), ["interrupted", "queued", "started", "done"])
+
+    def test_a_run_whose_command_ran_on_another_machine_is_left_to_it_to_stop(self):
+        """A run is journaled as it begins, and again with its command's session once that is
+        started: the second says whose processes they are."""
+        h = self.harness()
+        left = mom_events._Journal(str(h.dir))
+        left.begin([])
+        left.write({"kind": "harness", "pid": 4242, "machine": "another host"})
+        run = {"kind": "run", "id": 1, "file": "y.json", "type": "immediate", "channelId": "C1", "due": None,
+               "sig": None, "digest": None, "final": True}
+        left.write(run)
+        left.write({**run, "sid": os.getpid(), "start": mom_events._process_start(os.getpid())})  # not stopped
+        left.close()
+        h.write("y.json", immediate(text="y"), mtime=h.now - 30)
+        with self.assertLogs("mom_events", "INFO") as logs:
+            h.startup((h.now - 10, False))
+        self.assertIn("WARNING:mom_events:y.json: cut short: the harness (process 4242) died while it ran; its command "
+                      "ran on another machine or in another container, which must stop it; its file stays, so it "
+                      "runs again", logs.output)
 
     def test_a_directory_copied_back_in_place_had_no_downtime(self):
         """Found by the fifth adversarial pass of issue 32: the occurrences
