@@ -6404,6 +6404,42 @@ class HistoryWholeLinesTest(unittest.TestCase):
         self.assertEqual(path.read_bytes(), b'{"filename": "a.json"}\n')
 
 
+    def test_a_write_that_fails_part_way_is_cut_back_to_the_mended_end(self):
+        """Found by a mutation run of the history (stop 37): the size the end was mended to is
+        where a failed write is cut back to, which nothing checked."""
+        whole = b'{"filename": "a.json"}\n'
+        real_write, real_pread = os.write, os.pread
+
+        def full_part_way(fd, data):
+            if bytes(data) == b"\n":  # the newline a whole last line is given
+                return real_write(fd, data)
+            real_write(fd, bytes(data[:5]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def unreadable(fd, n, offset):
+            raise OSError(errno.EIO, "Input/output error")
+
+        for before, mended, pread in [(whole[:-1], whole, real_pread),  # a whole last line, given its newline
+                                      (whole + b'{"time": "2026', whole, real_pread),  # a cut line, cut off
+                                      (whole + b"y" * (1 << 16), whole, real_pread),  # its line ends a read away
+                                      (whole + b"partial", whole + b"partial", unreadable)]:  # taken as whole
+            with self.subTest(before=before[-20:], pread=pread.__name__):
+                history, path = self.history(before)
+                with mock.patch("os.write", full_part_way), mock.patch("os.pread", pread), \
+                        self.assertLogs("mom_events", "WARNING"):
+                    history.record("done", "lost.json")
+                self.assertEqual(path.read_bytes(), mended)
+
+    def test_a_last_line_as_long_as_a_file_may_be_is_whole_and_a_longer_one_cut(self):
+        for size, kept in [(mom_events.MAX_FILE_BYTES, True), (mom_events.MAX_FILE_BYTES + 1, False)]:
+            with self.subTest(size=size):
+                line = b'{"filename": "' + b"a" * (size - 16) + b'"}'
+                history, path = self.history(b'{"filename": "b.json"}\n' + line)
+                with self.assertNoLogs("mom_events", "WARNING") if kept else self.assertLogs("mom_events", "WARNING"):
+                    history.record("done", "next.json")
+                self.assertEqual(len(read_history(path)), 3 if kept else 2)
+
+
 class HistoryTest(unittest.TestCase):
     def harness(self, **kwargs):
         h = Harness(self, history_name=".history.jsonl", **kwargs)
