@@ -8281,6 +8281,16 @@ class PromptTest(CliCase):
         self.assertEqual(result.returncode, 2)
         self.assertIn("unknown timezone", result.stderr)
 
+    def test_a_channel_no_file_could_name_is_refused(self):
+        """Found by a mutation run of the manual (stop 37): nothing checked that the API refuses it."""
+        for channel, fault in [("C1 C2", "contains whitespace"), ("C1\u200b", "contains U+200B, which does not print")]:
+            with self.subTest(channel=channel):
+                with self.assertRaisesRegex(ValueError, f"^channel ID {re.escape(repr(channel))} {re.escape(fault)} "):
+                    mom_events.events_prompt("events", timezone="UTC", channel_id=channel)
+                result = self.run_cli(self.events, "--prompt", "--channel", channel)
+                self.assertEqual((result.returncode, result.stdout), (2, ""))
+                self.assertIn(fault, result.stderr)
+
     def test_cli_makes_the_directory_absolute_and_takes_the_host_timezone(self):
         env = dict(os.environ, TZ="America/New_York")
         result = subprocess.run([sys.executable, str(HERE / "mom_events.py"), "events", "--prompt",

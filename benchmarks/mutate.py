@@ -633,6 +633,10 @@ EQUIVALENT = {
         "any new generation kills the record's old entries: 2 as well as 1",
     "history:_History._cut_last_line:number:1 << 16 => 1->2":
         "the chunk read back at a time: any size finds the same last newline",
+    "history:_History._cut_last_line:number:size - 1 => 1->0":
+        "the search back for a newline starts at the last byte too, which is not one (checked just before)",
+    "history:_History._cut_last_line:number:os.pread(fd, 1, size - 1) => 1->2":
+        "reading two bytes from the last one reads one: the file ends there",
     "history:_History._append:compare:os.fstat(fd).st_size > size => Gt->GtE":
         "at the same size nothing was written: cutting back to it changes nothing",
     "files:_Files.run_due:number:enumerate(self.schedule.pop_due(now), 1) => 1->2":
