@@ -1247,7 +1247,8 @@ class _Startup:
     harness watched since ``down_since`` (the previous holder's last sign of
     life, or the last look before the spell; None: unknown, as at a first
     start).  Then an immediate written before ``stale_before`` is stale, and
-    ``misfire_grace`` is the operator's grace for one-shots."""
+    ``misfire_grace`` is the operator's grace for one-shots, unless the last
+    harness began to run it and died (``cut``): its file runs again."""
 
     start: float
     down_since: float | None
@@ -1255,6 +1256,7 @@ class _Startup:
     misfire_grace: float
     last_alive: float | None = None  # the last sign of life itself, without the allowance: periodic events
     accounts: Mapping[tuple[str, int], _Account] = field(default_factory=dict)  # by (file, mtime_ns): the journal
+    cut: frozenset[tuple[str, int]] = frozenset()  # (file, mtime_ns): the runs the journal says were cut short
 
     @property
     def periodic_since(self) -> float | None:
@@ -1288,7 +1290,8 @@ class _Verdict:
 
 
 def _takeover(trace: tuple[float, bool] | None, now: float, misfire_grace: float, waiting_since: float | None = None,
-              accounts: Mapping[tuple[str, int], _Account] | None = None) -> _Startup:
+              accounts: Mapping[tuple[str, int], _Account] | None = None,
+              cut: frozenset[tuple[str, int]] = frozenset()) -> _Startup:
     """A start-up's first look: every start is a takeover from the harness
     whose ``trace`` the lock file kept (its last sign of life, and whether
     it was a clean stop).  A harness that died may have lived a beat
@@ -1305,8 +1308,8 @@ def _takeover(trace: tuple[float, bool] | None, now: float, misfire_grace: float
         else:
             down_since, last_alive = min(now, seen if clean else seen + _DIED_WITHIN), min(now, seen)
     if down_since is None and waiting_since is not None:  # a standby for a harness that leaves no trace
-        return _Startup(now, None, waiting_since, max(misfire_grace, _TAKEOVER_GRACE), None, accounts or {})
-    return _Startup(now, down_since, now, misfire_grace, last_alive, accounts or {})
+        return _Startup(now, None, waiting_since, max(misfire_grace, _TAKEOVER_GRACE), None, accounts or {}, cut)
+    return _Startup(now, down_since, now, misfire_grace, last_alive, accounts or {}, cut)
 
 
 def _judge(event: Event, timing: _Timing, mtime_ns: int, now: float, startup: _Startup | None) -> _Verdict:
@@ -1317,7 +1320,7 @@ def _judge(event: Event, timing: _Timing, mtime_ns: int, now: float, startup: _S
     if event.type == "immediate":
         # Only a first look judges staleness: a file that appears later
         # always runs, whatever mtime mv or cp -p gave it.
-        if startup is not None and startup.stale(mtime_ns):
+        if startup is not None and startup.stale(mtime_ns) and (event.filename, mtime_ns) not in startup.cut:
             return _Verdict("drop", outcome="stale",
                             reason="immediate event written while no harness was running (stale)")
         return _Verdict("run")
@@ -1345,6 +1348,8 @@ def _judge(event: Event, timing: _Timing, mtime_ns: int, now: float, startup: _S
         return _Verdict("reject", due, reason=_past_reason(event.at or "", timing.at, now))
     if startup is None:  # judged by when it was written, not by when a poll saw it
         return _Verdict("run", due, now - due, f"written before its time {event.at} but seen after it")
+    if (event.filename, mtime_ns) in startup.cut:  # a harness that left no trace of life may have run it
+        return _Verdict("run", due, now - due, f"one-shot was due at {event.at}; its run was cut short")
     if startup.down_since is not None:  # every start is a takeover
         if due < startup.down_since:
             return _Verdict("run", due, now - due, f"one-shot was due at {event.at}, while a harness was running")
@@ -2112,16 +2117,17 @@ class _Journal:
 _Record: TypeAlias = Callable[..., None]  # _Outbox.record: a line of the history, if kept
 
 
-def _recover(directory: str, journal: _Journal,
-             record: _Record) -> tuple[Mapping[tuple[str, int], _Account], list[dict[str, Any]], bool]:
+def _recover(directory: str, journal: _Journal, record: _Record) -> tuple[
+        Mapping[tuple[str, int], _Account], frozenset[tuple[str, int]], list[dict[str, Any]], bool]:
     """Take over what the journal says the last harness left (at start-up,
     before anything runs): stop what is left of the runs it cut short and
     record them, delete the files of runs that ended, put back a file it
     was deleting or renaming; then start the journal anew, with what this
-    harness has still open (in a directory made anew).  Returns the
-    periodic files' accounts, for the start-up's judge, the notices it did
-    not send, to send once the directory has been judged, and whether the
-    journal was this harness's own (the directory copied back in place)."""
+    harness has still open (in a directory made anew).  Returns, for the
+    start-up's judge, the periodic files' accounts and the versions (file,
+    mtime_ns) whose runs were cut short, then the notices it did not send,
+    to send once the directory has been judged, and whether the journal was
+    this harness's own (the directory copied back in place)."""
     own, left = journal.own(), journal.left()
     here = bool(left.machine) and left.machine == _machine()  # its commands' processes are this machine's
     mine = left.first is not None and left.first == journal.first
@@ -2146,7 +2152,7 @@ def _recover(directory: str, journal: _Journal,
             notices.append({**notice, "id": journal.next_id()})
     carried = [record for version, account in left.accounts.items() for record in _account_records(version, account)]
     journal.begin(carried + notices + own)
-    return left.accounts, notices, mine
+    return left.accounts, frozenset((run["file"], run["sig"][3]) for run in left.cut if run.get("sig")), notices, mine
 
 
 def _put_back_taken(directory: str) -> None:
@@ -3903,8 +3909,9 @@ class EventsWatcher:
         """The start-up, and again in a directory made anew: a takeover from the
         harness whose ``trace`` the lock file kept, or from none (its own journal, copied back)."""
         self.active = True
-        accounts, notices, mine = _recover(self.events_dir, self._journal, self._out.record)  # before anything runs
-        self._first_look = _takeover((now, True) if mine else trace, now, self._misfire_grace, waiting_since, accounts)
+        accounts, cut, notices, mine = _recover(self.events_dir, self._journal, self._out.record)  # before all else
+        self._first_look = _takeover((now, True) if mine else trace, now, self._misfire_grace, waiting_since,
+                                     accounts, cut)
         self._schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
         self._out.resend(notices)

@@ -4941,6 +4941,30 @@ class CrashTest(unittest.TestCase):
         self.assertEqual(sorted(h.texts()), ["waiting", "y"])  # once each, after
         self.assertEqual(self.outcomes("y.json"), ["interrupted", "queued", "started", "done"])
 
+    def test_a_run_cut_short_by_a_harness_that_left_no_trace_of_life_runs_again(self):
+        """Found by the adversarial pass of stop 37 (5 of 5): a harness killed in its start-up, before
+        its first beat, had begun a one-shot and an immediate that fell in the downtime of the harness
+        before it. The next judged them by that downtime: it said they would run again, then dropped
+        them as missed and stale."""
+        killed = utc(2026, 3, 2, 9).timestamp()  # the harness before it
+        for name, content, written in [("x.json", one_shot(killed + 2.5, "CX", "x"), -100),  # due just before it
+                                       ("y.json", immediate("CY", "y"), 2.8)]:  # written then: not stale yet
+            with self.subTest(name=name):
+                dead = self.harness(now=killed + 3)
+                dead.write(name, content, mtime=killed + written)
+                dead.startup((killed, False))
+                release = threading.Event()
+                dead.handler = lambda event, release=release: release.wait(10)
+                worker = threading.Thread(target=dead.workers.pop(0), daemon=True)
+                self.addCleanup(worker.join, 10)
+                self.addCleanup(release.set)
+                worker.start()
+                self.assertTrue(wait_for(lambda name=name: self.outcomes(name)[-1:] == ["started"], 5))
+                with self.assertLogs("mom_events", "INFO"):  # killed before its first beat: the trace is the last
+                    after = self.successor(dead, killed + 8.4, last_beat=killed)
+                self.assertEqual(after.texts(), [content["text"]])
+                self.assertEqual(self.outcomes(name), ["queued", "started", "interrupted", "queued", "started", "done"])
+
     def test_a_run_whose_command_ran_on_another_machine_is_left_to_it_to_stop(self):
         """A run is journaled as it begins, and again with its command's session once that is
         started: the second says whose processes they are."""
