@@ -3789,7 +3789,6 @@ class EventsWatcher:
                             max_queued, notify and notify_rejected, zone)
         self._runs = _Runs(self._journal, self._out.record, self._loop.call, handler, on_error or _log_error, clock)
         self._files = _Files(self.events_dir, self._scanner, self._out, self._runs.finished)
-        self._schedule = self._files.schedule
         self._misfire_grace = misfire_grace
         self._first_look: _Startup | None = None  # until a look at the directory succeeds
         self._looked_at: float | None = None      # the last time one did
@@ -3912,7 +3911,7 @@ class EventsWatcher:
         accounts, cut, notices, mine = _recover(self.events_dir, self._journal, self._out.record)  # before all else
         self._first_look = _takeover((now, True) if mine else trace, now, self._misfire_grace, waiting_since,
                                      accounts, cut)
-        self._schedule.notice_clock_step(now, time.monotonic())
+        self._files.schedule.notice_clock_step(now, time.monotonic())
         self._poll(now)
         self._out.resend(notices)
         self._hold.beat(now)  # only now: killed during its start-up, it leaves the previous trace
@@ -3944,7 +3943,7 @@ class EventsWatcher:
             self._poll(now)
         self._files.run_due(now)
         self._channels.staff()
-        return self._schedule.next_due()
+        return self._files.schedule.next_due()
 
     def _run(self) -> None:
         """Poll every interval; between polls sleep until the next due time,
@@ -3964,7 +3963,7 @@ class EventsWatcher:
                 if polling:
                     next_poll = mono + self._poll_interval
                     self._hold.keep_alive(now, mono)
-                self._schedule.notice_clock_step(now, mono)
+                self._files.schedule.notice_clock_step(now, mono)
                 upcoming = self._tick(now, polling)
                 timeout = next_poll - mono
                 if upcoming is not None:

@@ -5336,9 +5336,9 @@ class ClockStepTest(unittest.TestCase):
 
     def test_the_step_is_logged(self):
         h = Harness(self)
-        h.w._schedule._anchor = (1000.0, 50.0)
+        h.w._files.schedule._anchor = (1000.0, 50.0)
         with self.assertLogs("mom_events", "WARNING") as logs:
-            h.w._schedule.notice_clock_step(4600.0, 51.0)
+            h.w._files.schedule.notice_clock_step(4600.0, 51.0)
         self.assertIn("forward by 3599.0 s", logs.output[0])
 
 
@@ -5409,7 +5409,7 @@ class HeapTest(unittest.TestCase):
         for i in range(500):
             h.write("far.json", one_shot(h.now + 365 * 86400 + i, text=f"v{i}"))
             h.tick(h.now + 0.01)
-        self.assertLess(len(h.w._schedule._heap), 100)
+        self.assertLess(len(h.w._files.schedule._heap), 100)
         h.advance(366 * 86400)
         self.assertEqual(h.texts(), ["v499"])
 
@@ -5424,7 +5424,7 @@ class HeapTest(unittest.TestCase):
             (h.dir / f"n{i}.json").unlink()
             h.tick(h.now + 0.01)
         self.assertEqual((h.w._files._known, h.w._files._racy, h.w.scheduled_count()), ({}, {}, 0))
-        self.assertLess(len(h.w._schedule._heap), 100)
+        self.assertLess(len(h.w._files.schedule._heap), 100)
 
     def test_compaction_while_due_entries_fire(self):
         h = Harness(self, now=utc(2025, 1, 1, 9, 0, 10).timestamp())
@@ -5436,10 +5436,10 @@ class HeapTest(unittest.TestCase):
         h.tick(h.now + 0.01)
         gone = mom_events._File("gone.json", (0, 0, 0, 0, 0), generation=1)
         for i in range(200):  # dead entries (of files long gone), due just after the periodic ones
-            heapq.heappush(h.w._schedule._heap, (utc(2025, 1, 1, 9, 1).timestamp() + 0.5, -i, gone, 0, "fire"))
+            heapq.heappush(h.w._files.schedule._heap, (utc(2025, 1, 1, 9, 1).timestamp() + 0.5, -i, gone, 0, "fire"))
         compactions = []
-        real = h.w._schedule._compact
-        h.w._schedule._compact = lambda: (compactions.append(len(h.w._schedule._heap)), real())
+        real = h.w._files.schedule._compact
+        h.w._files.schedule._compact = lambda: (compactions.append(len(h.w._files.schedule._heap)), real())
         h.advance(60 + 60)
         self.assertTrue(compactions)
         self.assertEqual(sorted(h.texts()), sorted([f"p{i}" for i in range(30)] * 2 + ["v99"]))

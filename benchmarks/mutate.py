@@ -203,7 +203,7 @@ EQUIVALENT = {
     "watcher:EventsWatcher.stop:number:2 * _NAP => 2->1":
         "a margin: the closer ends one nap and a few microseconds after stop() at worst; the race is "
         "too narrow for a test to pin without hooking time.sleep (LifecycleTest pins the usual case)",
-    "watcher:EventsWatcher._startup:delete:self._schedule.notice_clock_step(now, time.mono... => pass":
+    "watcher:EventsWatcher._startup:delete:self._files.schedule.notice_clock_step(now, tim... => pass":
         "a margin: the loop's first pass sets the clock's baseline a poll later; a step inside that first "
         "interval goes unlogged (it changes no firing: due times are wall-clock instants)",
     "watcher:EventsWatcher._run:delete:timeout = next_poll - mono => pass":
