@@ -1256,7 +1256,7 @@ class _Startup:
     misfire_grace: float
     last_alive: float | None = None  # the last sign of life itself, without the allowance: periodic events
     accounts: Mapping[tuple[str, int], _Account] = field(default_factory=dict)  # by (file, mtime_ns): the journal
-    cut: frozenset[tuple[str, int]] = frozenset()  # (file, mtime_ns): the runs the journal says were cut short
+    cut: frozenset[tuple[str, int]] = frozenset()  # (file, mtime_ns): runs cut short, not run again since
 
     @property
     def periodic_since(self) -> float | None:
@@ -1877,9 +1877,11 @@ class _Left:
     (``cut``: their ``run`` records, with ``sid`` and ``start``), runs that
     ended (``ended``, with what their ``end`` records said: ``ran``,
     ``status`` and whether the history has them, ``recorded``), notices not
-    sent, periodic files' accounts, and the records still open (``open``: a
-    command's run until the harness has recorded its end, for its session
-    may hold processes until then)."""
+    sent, periodic files' accounts, the versions (file, mtime) to run again
+    whatever the window (``reruns``: those of runs cut short, and those a
+    start-up carried over and may have died before it ran), and the records
+    still open (``open``: a command's run until the harness has recorded its
+    end, for its session may hold processes until then)."""
 
     pid: int | None = None
     machine: str = ""
@@ -1888,6 +1890,7 @@ class _Left:
     ended: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
     accounts: dict[tuple[str, int], _Account] = field(default_factory=dict)  # by (file, mtime_ns)
+    reruns: set[tuple[str, int]] = field(default_factory=set)
     open: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -1913,6 +1916,8 @@ def _fold(data: bytes) -> _Left:
                     notices.pop(record["id"], None)
             elif kind == "notice":
                 notices[record["id"]] = record
+            elif kind == "rerun":
+                left.reruns.add((record["file"], record["mtime"]))
             elif kind == "counted":  # what was queued and lost so far is in the history now
                 version = (record["file"], record["mtime"])
                 counted[version] = (max(counted.get(version, (-math.inf, 0))[0], record["until"]), number)
@@ -1933,6 +1938,10 @@ def _fold(data: bytes) -> _Left:
             left.ended.append({**run, "ran": shell["ran"], "status": shell.get("status")})
         else:
             left.cut.append(run)
+            if run.get("sig"):
+                left.reruns.add((run["file"], run["sig"][3]))
+    left.reruns -= {(run["file"], run["sig"][3]) for run in left.ended if run.get("sig") and run.get("ran")}
+    left.open += [{"kind": "rerun", "file": file, "mtime": mtime} for file, mtime in sorted(left.reruns)]
     left.notices = list(notices.values())
     done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run.get("type") == "periodic"}
     lost = {key for key, (queued, number) in fires.items()  # queued, never ended, not counted since: missed
@@ -2125,9 +2134,9 @@ def _recover(directory: str, journal: _Journal, record: _Record) -> tuple[
     was deleting or renaming; then start the journal anew, with what this
     harness has still open (in a directory made anew).  Returns, for the
     start-up's judge, the periodic files' accounts and the versions (file,
-    mtime_ns) whose runs were cut short, then the notices it did not send,
-    to send once the directory has been judged, and whether the journal was
-    this harness's own (the directory copied back in place)."""
+    mtime_ns) to run again (carried over until they have), then the notices
+    it did not send, to send once the directory has been judged, and whether
+    the journal was this harness's own (the directory copied back in place)."""
     own, left = journal.own(), journal.left()
     here = bool(left.machine) and left.machine == _machine()  # its commands' processes are this machine's
     mine = left.first is not None and left.first == journal.first
@@ -2151,8 +2160,11 @@ def _recover(directory: str, journal: _Journal, record: _Record) -> tuple[
         if notice["sig"] is None or entry is None or entry.sig is None or entry.sig[:4] != tuple(notice["sig"][:4]):
             notices.append({**notice, "id": journal.next_id()})
     carried = [record for version, account in left.accounts.items() for record in _account_records(version, account)]
-    journal.begin(carried + notices + own)
-    return left.accounts, frozenset((run["file"], run["sig"][3]) for run in left.cut if run.get("sig")), notices, mine
+    reruns = frozenset((file, mtime) for file, mtime in left.reruns  # not those gone or written again since
+                       if (entry := _stat_entry(os.path.join(directory, file))) and entry.mtime_ns == mtime)
+    journal.begin(carried + [{"kind": "rerun", "file": file, "mtime": mtime} for file, mtime in sorted(reruns)]
+                  + notices + own)
+    return left.accounts, reruns, notices, mine
 
 
 def _put_back_taken(directory: str) -> None:

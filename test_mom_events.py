@@ -4965,6 +4965,48 @@ class CrashTest(unittest.TestCase):
                 self.assertEqual(after.texts(), [content["text"]])
                 self.assertEqual(self.outcomes(name), ["queued", "started", "interrupted", "queued", "started", "done"])
 
+    def test_a_run_cut_short_runs_again_though_the_start_up_that_said_so_died_too(self):
+        """A start-up that recorded a run cut short, then was killed before it ran it again, leaves
+        the next one the same to do; once it has run, nothing of it is carried further."""
+        killed = utc(2026, 3, 2, 9).timestamp()
+        dead = self.harness(now=killed + 3)
+        dead.write("x.json", one_shot(killed + 2.5, "CX", "x"), mtime=killed - 100)
+        dead.startup((killed, False))
+        release = threading.Event()
+        dead.handler = lambda event: release.wait(10)
+        worker = threading.Thread(target=dead.workers.pop(0), daemon=True)
+        self.addCleanup(worker.join, 10)
+        self.addCleanup(release.set)
+        worker.start()
+        self.assertTrue(wait_for(lambda: self.outcomes("x.json")[-1:] == ["started"], 5))
+        second = self.harness(now=killed + 8.4, directory=dead.dir)
+        with self.assertLogs("mom_events", "INFO"):
+            second.startup((killed, False))  # x is queued; killed before its worker ran
+        with mock.patch.object(mom_events, "_JOURNAL_COMPACT", 0):
+            second.tick(workers=False)  # the journal compacted meanwhile keeps what is to run again
+        third = self.successor(second, killed + 15, last_beat=killed)
+        self.assertEqual((second.texts(), third.texts()), ([], ["x"]))
+        self.assertEqual(self.outcomes("x.json"),
+                         ["queued", "started", "interrupted", "queued", "queued", "started", "done"])
+        third.tick()  # x.json is deleted; another comes with the same mtime (cp -p): this one did not run
+        third.write("x.json", one_shot(killed + 2.5, "CX", "x again"), mtime=killed - 100)
+        with self.assertLogs("mom_events", "INFO"):
+            fourth = self.successor(third, killed + 20, last_beat=killed)
+        self.assertEqual(self.outcomes("x.json")[6:8], ["done", "missed"])  # judged by the window, as any file
+        self.assertNotIn("x again", fourth.texts())
+
+    def test_a_run_cut_short_whose_file_is_gone_is_not_carried_over(self):
+        killed = utc(2026, 3, 2, 9).timestamp()
+        dead = self.harness(now=killed + 3)
+        journal = mom_events._Journal(str(dead.dir))
+        journal.begin([])
+        journal.write({"kind": "run", "id": 7, "file": "x.json", "type": "immediate", "channelId": "C1", "due": None,
+                       "sig": [1, 2, 3, killed * 1e9, 5], "digest": None, "final": True})
+        journal.close()
+        with self.assertLogs("mom_events", "WARNING"):
+            self.successor(dead, killed + 10, last_beat=killed)
+        self.assertNotIn('"rerun"', (dead.dir / ".mom_events.journal").read_text())
+
     def test_a_run_whose_command_ran_on_another_machine_is_left_to_it_to_stop(self):
         """A run is journaled as it begins, and again with its command's session once that is
         started: the second says whose processes they are."""
