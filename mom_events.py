@@ -1890,7 +1890,7 @@ class _Left:
     ended: list[dict[str, Any]] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
     accounts: dict[tuple[str, int], _Account] = field(default_factory=dict)  # by (file, mtime_ns)
-    reruns: set[tuple[str, int]] = field(default_factory=set)
+    reruns: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # their records, by version
     open: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -1917,7 +1917,7 @@ def _fold(data: bytes) -> _Left:
             elif kind == "notice":
                 notices[record["id"]] = record
             elif kind == "rerun":
-                left.reruns.add((record["file"], record["mtime"]))
+                left.reruns[record["file"], record["sig"][3]] = record
             elif kind == "counted":  # what was queued and lost so far is in the history now
                 version = (record["file"], record["mtime"])
                 counted[version] = (max(counted.get(version, (-math.inf, 0))[0], record["until"]), number)
@@ -1939,9 +1939,12 @@ def _fold(data: bytes) -> _Left:
         else:
             left.cut.append(run)
             if run.get("sig"):
-                left.reruns.add((run["file"], run["sig"][3]))
-    left.reruns -= {(run["file"], run["sig"][3]) for run in left.ended if run.get("sig") and run.get("ran")}
-    left.open += [{"kind": "rerun", "file": file, "mtime": mtime} for file, mtime in sorted(left.reruns)]
+                left.reruns[run["file"], run["sig"][3]] = {"kind": "rerun", "file": run["file"], "sig": run["sig"],
+                                                           "digest": run.get("digest")}
+    for run in left.ended:
+        if run.get("sig") and run.get("ran"):
+            left.reruns.pop((run["file"], run["sig"][3]), None)
+    left.open += left.reruns.values()
     left.notices = list(notices.values())
     done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run.get("type") == "periodic"}
     lost = {key for key, (queued, number) in fires.items()  # queued, never ended, not counted since: missed
@@ -2160,11 +2163,9 @@ def _recover(directory: str, journal: _Journal, record: _Record) -> tuple[
         if notice["sig"] is None or entry is None or entry.sig is None or entry.sig[:4] != tuple(notice["sig"][:4]):
             notices.append({**notice, "id": journal.next_id()})
     carried = [record for version, account in left.accounts.items() for record in _account_records(version, account)]
-    reruns = frozenset((file, mtime) for file, mtime in left.reruns  # not those gone or written again since
-                       if (entry := _stat_entry(os.path.join(directory, file))) and entry.mtime_ns == mtime)
-    journal.begin(carried + [{"kind": "rerun", "file": file, "mtime": mtime} for file, mtime in sorted(reruns)]
-                  + notices + own)
-    return left.accounts, reruns, notices, mine
+    reruns = [rerun for rerun in left.reruns.values() if _holds(directory, rerun) is not None]
+    journal.begin(carried + reruns + notices + own)
+    return left.accounts, frozenset((rerun["file"], rerun["sig"][3]) for rerun in reruns), notices, mine
 
 
 def _put_back_taken(directory: str) -> None:
@@ -2195,7 +2196,21 @@ def _cut_short(directory: str, run: dict[str, Any], pid: int | None, stopped: in
         return detail + "; it counts as missed"
     if not os.path.lexists(os.path.join(directory, run["file"])):
         return detail + "; its file is gone (with the directory it was in, maybe)"
+    if run.get("sig") and _holds(directory, run) is None:
+        return detail + "; its file was written again since, and is judged as any other"
     return detail + "; its file stays, so it runs again"
+
+
+def _holds(directory: str, run: dict[str, Any]) -> tuple[_Sig, int] | None:
+    """The signature and digest of the file a journaled ``run`` read, if its
+    name holds it still, unless written again since (a put-back changed its
+    ctime: the rest must be the same); None if gone, or no longer a file."""
+    try:
+        data, sig = _read_file(os.path.join(directory, run["file"]))
+    except (OSError, _NotRegular):
+        return None  # the scan says what became of it
+    digest = _digest(data)
+    return (sig, digest) if sig[:4] == tuple(run["sig"][:4]) and run.get("digest", digest) == digest else None
 
 
 def _settle_ended(directory: str, run: dict[str, Any], record: _Record) -> None:
@@ -2207,17 +2222,9 @@ def _settle_ended(directory: str, run: dict[str, Any], record: _Record) -> None:
         status = run.get("status") or 0  # the shell's: 128 + N for signal N (see _WRAPPER)
         failure = _failure(128 - status if status > 128 else status)
         record("done" if failure is None else "failed", run["file"], **fields, detail=failure)
-    if not (run["ran"] and run["final"] and run["sig"]):
+    if not (run["ran"] and run["final"] and run["sig"]) or (held := _holds(directory, run)) is None:
         return
-    name = run["file"]
-    try:
-        data, sig = _read_file(os.path.join(directory, name))
-    except (OSError, _NotRegular):
-        return  # gone, or no longer a file: the scan says so
-    digest = _digest(data)
-    # the file that ran, unless written again since (a put-back changed its ctime: the rest must be the same)
-    if sig[:4] != tuple(run["sig"][:4]) or run.get("digest", digest) != digest:
-        return
+    name, (sig, digest) = run["file"], held
     try:
         taken = _take(directory, name, sig, digest)
         if taken is None:

@@ -4975,6 +4975,28 @@ class CrashTest(unittest.TestCase):
                 self.assertEqual(after.texts(), [content["text"]])
                 self.assertEqual(self.outcomes(name), ["queued", "started", "interrupted", "queued", "started", "done"])
 
+    def test_a_run_cut_short_whose_file_was_written_again_is_judged_as_any_file(self):
+        """Found by the second adversarial pass of stop 37 (2 of 2): a file written again in place
+        after the kill, its mtime kept (touch -d), ran as the run cut short, late, instead of being
+        told as missed."""
+        killed = utc(2026, 3, 2, 9).timestamp()
+        dead = self.harness(now=killed + 3)
+        dead.write("x.json", one_shot(killed + 2.5, "CX", "old"), mtime=killed - 100)
+        dead.startup((killed, False))
+        release = threading.Event()
+        dead.handler = lambda event: release.wait(10)
+        worker = threading.Thread(target=dead.workers.pop(0), daemon=True)
+        self.addCleanup(worker.join, 10)
+        self.addCleanup(release.set)
+        worker.start()
+        self.assertTrue(wait_for(lambda: self.outcomes("x.json")[-1:] == ["started"], 5))
+        dead.write("x.json", one_shot(killed + 2.6, "CX", "new"), mtime=killed - 100)  # the same size, and mtime
+        with self.assertLogs("mom_events", "INFO") as logs:
+            after = self.successor(dead, killed + 15, last_beat=killed)
+        self.assertIn("; its file was written again since, and is judged as any other", "\n".join(logs.output))
+        self.assertNotIn("new", after.texts())
+        self.assertEqual(self.outcomes("x.json")[:4], ["queued", "started", "interrupted", "missed"])
+
     def test_a_run_cut_short_runs_again_though_the_start_up_that_said_so_died_too(self):
         """A start-up that recorded a run cut short, then was killed before it ran it again, leaves
         the next one the same to do; once it has run, nothing of it is carried further."""
