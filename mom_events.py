@@ -1348,7 +1348,7 @@ def _judge(event: Event, timing: _Timing, mtime_ns: int, now: float, startup: _S
         return _Verdict("reject", due, reason=_past_reason(event.at or "", timing.at, now))
     if startup is None:  # judged by when it was written, not by when a poll saw it
         return _Verdict("run", due, now - due, f"written before its time {event.at} but seen after it")
-    if (event.filename, mtime_ns) in startup.cut:  # a harness that left no trace of life may have run it
+    if (event.filename, mtime_ns) in startup.cut:  # the journal says so: it runs again, whatever the window
         return _Verdict("run", due, now - due, f"one-shot was due at {event.at}; its run was cut short")
     if startup.down_since is not None:  # every start is a takeover
         if due < startup.down_since:
@@ -2262,8 +2262,9 @@ class _Systemd:
         """One datagram, on a socket of its own: nothing is left open when the
         watcher goes.  A socket whose reader has stopped reading holds a few
         datagrams (net.unix.max_dgram_qlen), then blocks the sender: it is
-        waited for ``wait`` seconds at most (a ping, from the scheduler's loop, not at all: the loop blocked
-        for good there would run no event and hear no stop)."""
+        waited for ``wait`` seconds at most, and for a ping, which the
+        scheduler's loop sends, not at all (blocked there for good, the loop
+        would run no event and hear no stop)."""
         if not self._address:
             return
         import socket
@@ -3301,8 +3302,9 @@ class _Runs:
         run = {"id": job.id, "file": event.filename, "type": event.type, "channelId": event.channel_id,
                "due": job.due, "sig": None if job.sig is None else list(job.sig), "digest": job.digest,
                "final": job.final}
-        self._journal.write({"kind": "run", **run})  # first: a harness that dies from here on is said to have
-        self._record("started", event.filename, event, dueAt=job.due)  # cut it short; after "queued": see _put
+        # Journaled first: a harness that dies from here on is said to have cut it short.
+        self._journal.write({"kind": "run", **run})
+        self._record("started", event.filename, event, dueAt=job.due)  # after "queued": see _put
         _running.journal, _running.run = self._journal, run  # for --exec, to journal its command under
         try:
             finished, error = self._execute(event)
