@@ -4970,7 +4970,7 @@ class CrashTest(unittest.TestCase):
                 self.addCleanup(release.set)
                 worker.start()
                 self.assertTrue(wait_for(lambda name=name: self.outcomes(name)[-1:] == ["started"], 5))
-                with self.assertLogs("mom_events", "INFO"):  # killed before its first beat: the trace is the last
+                with self.assertLogs("mom_events", "INFO"):  # killed before a beat: the old trace stays
                     after = self.successor(dead, killed + 8.4, last_beat=killed)
                 self.assertEqual(after.texts(), [content["text"]])
                 self.assertEqual(self.outcomes(name), ["queued", "started", "interrupted", "queued", "started", "done"])
