@@ -1879,7 +1879,8 @@ class _Left:
     ``status`` and whether the history has them, ``recorded``), notices not
     sent, periodic files' accounts, the versions (file, mtime) to run again
     whatever the window (``reruns``: those of runs cut short, and those a
-    start-up carried over and may have died before it ran), and the records
+    start-up carried over, run since or not: the next start keeps those
+    whose file is unchanged), and the records
     still open (``open``: a command's run until the harness has recorded its
     end, for its session may hold processes until then)."""
 
@@ -1941,10 +1942,7 @@ def _fold(data: bytes) -> _Left:
             if run.get("sig"):
                 left.reruns[run["file"], run["sig"][3]] = {"kind": "rerun", "file": run["file"], "sig": run["sig"],
                                                            "digest": run.get("digest")}
-    for run in left.ended:
-        if run.get("sig") and run.get("ran"):
-            left.reruns.pop((run["file"], run["sig"][3]), None)
-    left.open += left.reruns.values()
+    left.open += left.reruns.values()  # until the next start finds the file gone or changed (see _recover)
     left.notices = list(notices.values())
     done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run.get("type") == "periodic"}
     lost = {key for key, (queued, number) in fires.items()  # queued, never ended, not counted since: missed

@@ -4708,12 +4708,24 @@ class CrashTest(unittest.TestCase):
         h.startup(None)
         proc = subprocess.Popen(["sleep", "30"], start_new_session=True)  # what a command left running
         self.addCleanup(lambda: (proc.kill(), proc.wait()))
+        pair = subprocess.Popen(["sh", "-c", "sleep 30 & exec sleep 30"], start_new_session=True)  # two
+        self.addCleanup(lambda: (kill_group(pair.pid), pair.wait()))
+
+        def session(sid):
+            members = []
+            for entry in filter(str.isdigit, os.listdir("/proc")):
+                with contextlib.suppress(OSError):  # gone meanwhile
+                    if Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[3] == str(sid):
+                        members.append(entry)
+            return members
+        self.assertTrue(wait_for(lambda: len(session(pair.pid)) == 2))  # the shell forked, then became a sleep
         journal = h.w._journal
         common = {"channelId": "C1", "due": None, "sig": None, "final": True}
-        journal.write({"kind": "run", "id": 97, "file": "hook.json", "type": "immediate", **common,
-                       "sid": proc.pid, "start": mom_events._process_start(proc.pid)})
+        for number, name, leader in ((96, "pair.json", pair), (97, "hook.json", proc)):
+            journal.write({"kind": "run", "id": number, "file": name, "type": "immediate", **common,
+                           "sid": leader.pid, "start": mom_events._process_start(leader.pid)})
         journal.write({"kind": "run", "id": 98, "file": "bad.json", "type": "rejected", **common})
-        for number, status in ((99, 129), (100, 137), (101, 3)):  # ended, journaled by their shells only
+        for number, status in ((99, 129), (100, 137), (101, 3), (102, 128)):  # ended, journaled by their shells only
             journal.write({"kind": "run", "id": number, "file": f"s{status}.json", "type": "immediate", **common})
             journal.write({"kind": "end", "id": number, "ran": True, "status": status})
         with self.assertLogs("mom_events", "WARNING") as logs:
@@ -4722,11 +4734,13 @@ class CrashTest(unittest.TestCase):
         cut = f"cut short: the harness (process {os.getpid()}) died while it ran"
         self.assertIn(f"WARNING:mom_events:hook.json: {cut}; stopped the 1 process its command left; its file "
                       "is gone (with the directory it was in, maybe)", logs.output)  # none was written
+        self.assertIn(f"WARNING:mom_events:pair.json: {cut}; stopped the 2 processes its command left; its file "
+                      "is gone (with the directory it was in, maybe)", logs.output)
         self.assertIn(f"WARNING:mom_events:bad.json: {cut}; it is sent again", logs.output)
         self.assertEqual({r["filename"]: r.get("detail") for r in read_history(self.history)
                           if r["filename"].startswith("s")},
                          {"s129.json": "killed by signal SIGHUP", "s137.json": "killed by signal SIGKILL",
-                          "s3.json": "exit status 3"})
+                          "s3.json": "exit status 3", "s128.json": "exit status 128"})
 
     def test_an_occurrence_withdrawn_from_its_queue_is_not_counted_missed_after_the_kill(self):
         """Its file changed while it waited (in place, its mtime kept): the
@@ -4863,6 +4877,8 @@ class CrashTest(unittest.TestCase):
             h.startup((h.now - 600, True))
         self.assertFalse(h.exists("dentist.json"))
         self.assertEqual((h.fired, len(h.workers)), ([], 1))  # killed before the notice ran
+        with mock.patch.object(mom_events, "_JOURNAL_COMPACT", 0):
+            h.tick(workers=False)  # a journal compacted meanwhile keeps the notice
         with self.assertLogs("mom_events", "INFO") as logs:
             after = self.successor(h, h.now + 2, last_beat=h.now)
         self.assertEqual([(e.filename, e.type, e.channel_id) for _, e in after.fired],

@@ -643,6 +643,18 @@ EQUIVALENT = {
         "the last statement of the loop's body: the loop goes on either way",
     "scan:_Entry.mtime_ns:number:self.sig[3] if self.sig else 0 => 0->1":
         "an entry that could not be stat'ed sorts among the files dated to the first nanosecond of 1970",
+    "scanner:_fold:number:run['sig'][3] => 3->4#2":
+        "the key keeps one record per version of a file in one journal, and one file has one run at a time: "
+        "another field of the signature serves as well (what is carried is checked against the whole of it)",
+    "scanner:_fold:number:run['sig'][3] => 3->2#2":
+        "the key keeps one record per version of a file in one journal, and one file has one run at a time: "
+        "another field of the signature serves as well (what is carried is checked against the whole of it)",
+    "scanner:_fold:number:record['sig'][3] => 3->4":
+        "the key keeps one record per version of a file in one journal, and one file has one run at a time: "
+        "another field of the signature serves as well (what is carried is checked against the whole of it)",
+    "scanner:_fold:number:record['sig'][3] => 3->2":
+        "the key keeps one record per version of a file in one journal, and one file has one run at a time: "
+        "another field of the signature serves as well (what is carried is checked against the whole of it)",
     "history:_History._append:compare:os.fstat(fd).st_size > size => Gt->GtE":
         "at the same size nothing was written: cutting back to it changes nothing",
     "files:_Files.run_due:number:enumerate(self.schedule.pop_due(now), 1) => 1->2":
