@@ -1939,7 +1939,7 @@ def _fold(data: bytes) -> _Left:
             left.ended.append({**run, "ran": shell["ran"], "status": shell.get("status")})
         else:
             left.cut.append(run)
-            if run.get("sig"):
+            if run.get("sig") and run["type"] != "periodic":  # a periodic's is counted missed instead
                 left.reruns[run["file"], run["sig"][3]] = {"kind": "rerun", "file": run["file"], "sig": run["sig"],
                                                            "digest": run.get("digest")}
     left.open += left.reruns.values()  # until the next start finds the file gone or changed (see _recover)

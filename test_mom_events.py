@@ -4,6 +4,7 @@ end-to-end tests use the real thread, real files and the CLI."""
 
 import ast
 import asyncio
+import binascii
 import contextlib
 import copy
 import dataclasses
@@ -4459,12 +4460,14 @@ class JournalAccountTest(unittest.TestCase):
         h.step(h.now)  # queued; its command starts, and A dies
         h.w._journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic", "channelId": "C1",
                                   "due": t0 + 10, "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
-                                  "final": False, "sid": 2 ** 22 + 1, "start": 1})
+                                  "digest": binascii.crc32((h.dir / "p.json").read_bytes()), "final": False,
+                                  "sid": 2 ** 22 + 1, "start": 1})
         b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
         with self.assertLogs("mom_events", "WARNING") as logs:
             b.startup((t0 + 12, False))
         self.assertIn(f"WARNING:mom_events:p.json: cut short: the harness (process {os.getpid()}) died while it ran; "
                       "it counts as missed", logs.output)  # its session (2**22 + 1, started at 1) is gone
+        self.assertNotIn('"rerun"', (h.dir / ".mom_events.journal").read_text())  # it is not run again
         b.advance(20)  # B runs t0 + 20 and t0 + 30, then dies
         c = Harness(self, now=b.now + 1, directory=h.dir, history=h.w._out.history.path)
         c.startup((b.now, False))
