@@ -4637,6 +4637,21 @@ class CrashTest(unittest.TestCase):
     def outcomes(self, name):
         return [r["outcome"] for r in read_history(self.history) if r["filename"] == name]
 
+    def dies_running(self, killed, name, content, mtime):
+        """A harness started 3 s after one that died at ``killed`` (its trace), running ``name``
+        when it is killed in turn, before its first beat: its callback never returns."""
+        dead = self.harness(now=killed + 3)
+        dead.write(name, content, mtime=mtime)
+        dead.startup((killed, False))
+        release = threading.Event()
+        dead.handler = lambda event: release.wait(10)
+        worker = threading.Thread(target=dead.workers.pop(0), daemon=True)
+        self.addCleanup(worker.join, 10)
+        self.addCleanup(release.set)
+        worker.start()
+        self.assertTrue(wait_for(lambda: self.outcomes(name)[-1:] == ["started"], 5))
+        return dead
+
     def test_a_run_that_ended_before_the_kill_is_not_run_again_and_its_file_goes(self):
         h = self.harness()
         h.write("dentist.json", one_shot(h.now + 10, text="dentist"), mtime=h.now - 5)  # not too recent to trust
@@ -4979,16 +4994,7 @@ class CrashTest(unittest.TestCase):
         for name, content, written in [("x.json", one_shot(killed + 2.5, "CX", "x"), -100),  # due just before it
                                        ("y.json", immediate("CY", "y"), 2.8)]:  # written then: not stale yet
             with self.subTest(name=name):
-                dead = self.harness(now=killed + 3)
-                dead.write(name, content, mtime=killed + written)
-                dead.startup((killed, False))
-                release = threading.Event()
-                dead.handler = lambda event, release=release: release.wait(10)
-                worker = threading.Thread(target=dead.workers.pop(0), daemon=True)
-                self.addCleanup(worker.join, 10)
-                self.addCleanup(release.set)
-                worker.start()
-                self.assertTrue(wait_for(lambda name=name: self.outcomes(name)[-1:] == ["started"], 5))
+                dead = self.dies_running(killed, name, content, killed + written)
                 with self.assertLogs("mom_events", "INFO"):  # killed before a beat: the old trace stays
                     after = self.successor(dead, killed + 8.4, last_beat=killed)
                 self.assertEqual(after.texts(), [content["text"]])
@@ -4999,16 +5005,7 @@ class CrashTest(unittest.TestCase):
         after the kill, its mtime kept (touch -d), ran as the run cut short, late, instead of being
         told as missed."""
         killed = utc(2026, 3, 2, 9).timestamp()
-        dead = self.harness(now=killed + 3)
-        dead.write("x.json", one_shot(killed + 2.5, "CX", "old"), mtime=killed - 100)
-        dead.startup((killed, False))
-        release = threading.Event()
-        dead.handler = lambda event: release.wait(10)
-        worker = threading.Thread(target=dead.workers.pop(0), daemon=True)
-        self.addCleanup(worker.join, 10)
-        self.addCleanup(release.set)
-        worker.start()
-        self.assertTrue(wait_for(lambda: self.outcomes("x.json")[-1:] == ["started"], 5))
+        dead = self.dies_running(killed, "x.json", one_shot(killed + 2.5, "CX", "old"), killed - 100)
         dead.write("x.json", one_shot(killed + 2.6, "CX", "new"), mtime=killed - 100)  # the same size, and mtime
         with self.assertLogs("mom_events", "INFO") as logs:
             after = self.successor(dead, killed + 15, last_beat=killed)
@@ -5020,16 +5017,7 @@ class CrashTest(unittest.TestCase):
         """A start-up that recorded a run cut short, then was killed before it ran it again, leaves
         the next one the same to do; once it has run, nothing of it is carried further."""
         killed = utc(2026, 3, 2, 9).timestamp()
-        dead = self.harness(now=killed + 3)
-        dead.write("x.json", one_shot(killed + 2.5, "CX", "x"), mtime=killed - 100)
-        dead.startup((killed, False))
-        release = threading.Event()
-        dead.handler = lambda event: release.wait(10)
-        worker = threading.Thread(target=dead.workers.pop(0), daemon=True)
-        self.addCleanup(worker.join, 10)
-        self.addCleanup(release.set)
-        worker.start()
-        self.assertTrue(wait_for(lambda: self.outcomes("x.json")[-1:] == ["started"], 5))
+        dead = self.dies_running(killed, "x.json", one_shot(killed + 2.5, "CX", "x"), killed - 100)
         second = self.harness(now=killed + 8.4, directory=dead.dir)
         with self.assertLogs("mom_events", "INFO"):
             second.startup((killed, False))  # x is queued; killed before its worker ran
