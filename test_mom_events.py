@@ -648,6 +648,8 @@ FAST_RETRIES = {"_RETRY_DELAYS": [0.01, 0.02, 0.04]}  # for a Cli: a file that d
 
 
 class CliCase(unittest.TestCase):
+    side_by_side = False  # True: its tests only start harnesses and read what they say (see load_tests)
+
     def setUp(self):
         self.dir = temp_dir(self, "mom_events_ops_")
         self.events = self.dir / "events"
@@ -664,6 +666,85 @@ class CliCase(unittest.TestCase):
         cli = Cli(self, self.events, "--poll", "0.05", *args, env=env, constants=constants)
         cli.wait_err("watching")
         return cli
+
+
+_SIDE_BY_SIDE = 3
+
+
+class _Recorded:
+    """A test's report, held until it has ended: tests run side by side
+    report one after another, each whole."""
+
+    failfast = shouldStop = False
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        if not name.startswith(("start", "stop", "add")):
+            raise AttributeError(name)
+        return lambda *args: self.calls.append((name, args))
+
+    def replay(self, result):
+        for name, args in self.calls:
+            getattr(result, name)(*args)
+
+
+class _SideBySide(unittest.BaseTestSuite):
+    """Tests that wait on processes they start (harnesses, commands), run
+    _SIDE_BY_SIDE at a time: the suite waits far more than it works (run in
+    order, 104 s of wall time took 26 s of CPU).  None of them patches the
+    module or the environment, reads the logger, or counts the process's
+    threads or descriptors (such tests are marked ``alone``), so none can
+    see another."""
+
+    def run(self, result, debug=False):
+        todo, lock = list(self), threading.Lock()
+
+        def work():
+            while True:
+                with lock:
+                    if not todo or result.shouldStop:
+                        return
+                    test = todo.pop(0)
+                recorded = _Recorded()
+                test(recorded)
+                with lock:
+                    recorded.replay(result)
+        threads = [threading.Thread(target=work) for _ in range(_SIDE_BY_SIDE)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except KeyboardInterrupt:  # the tests running end and clean up; no other starts
+            with lock:
+                todo.clear()
+            for thread in threads:
+                thread.join()
+            raise
+        return result
+
+
+def alone(test):
+    """Runs a test of a ``side_by_side`` class in order with the others: it
+    patches the module or the environment, or reads the logger."""
+    test.alone = True
+    return test
+
+
+def load_tests(loader, tests, pattern):
+    """The tests in order, then those of the classes marked ``side_by_side``
+    (but not ``alone``) side by side."""
+    every = []
+
+    def flatten(suite):
+        for test in suite:
+            (flatten if isinstance(test, unittest.BaseTestSuite) else every.append)(test)
+    flatten(tests)
+    side = [test for test in every if getattr(test, "side_by_side", False)
+            and not getattr(getattr(test, test._testMethodName), "alone", False)]
+    return unittest.TestSuite([*(test for test in every if test not in side), _SideBySide(side)])
 
 
 # Each run of these commands is the event's text, so one harness can run different commands.
@@ -3811,6 +3892,8 @@ class MidWriteFuzzTest(unittest.TestCase):
 
 
 class LockTest(CliCase):
+    side_by_side = True
+
     def test_a_second_harness_exits_2_naming_the_first(self):
         first = self.serve()
         second = self.run_cli(self.events)
@@ -3860,6 +3943,8 @@ class LockTest(CliCase):
 class DowntimeCliTest(CliCase):
     """Issue 20 through the CLI: the lock file's trace of life, and restarts
     that lose nothing the README says stays."""
+
+    side_by_side = True
 
     def lock_file(self):
         return self.events / ".mom_events.lock"
@@ -3952,6 +4037,8 @@ class DowntimeCliTest(CliCase):
 class StandbyTest(CliCase):
     """Two replicas, one harness: a standby takes over when the active one dies."""
 
+    side_by_side = True
+
     def test_the_standby_takes_over_within_a_second_of_sigkill_and_loses_nothing(self):
         future = datetime.fromtimestamp(time.time() + 30, UTC).isoformat()
         self.put("later.json", one_shot(future, text="later"))  # neither has run it yet
@@ -3989,6 +4076,7 @@ class StandbyTest(CliCase):
         second = self.run_cli(self.events)
         self.assertEqual(second.returncode, 2)
 
+    @alone
     def test_stop_of_a_waiting_standby_returns_at_once_and_exactly_one_of_several_takes_over(self):
         fired = []
         active = EventsWatcher(self.events, fired.append).start()
@@ -4015,6 +4103,7 @@ class StandbyTest(CliCase):
         self.assertEqual(sum("took over" in line for line in logs.output), 1)
 
 
+    @alone
     def test_a_standby_whose_takeover_fails_halts_says_why_and_lets_the_directory_go(self):
         later = datetime.fromtimestamp(time.time() + 3600, UTC).isoformat()
         self.put("later.json", one_shot(later))
@@ -4041,6 +4130,8 @@ class StandbyTest(CliCase):
 class KillTest(CliCase):
     """issue 30, items 1 and 4: the harness killed at any instant, beside a
     standby, under --exec; and systemd's notify protocol."""
+
+    side_by_side = True
 
     def trace_command(self):
         self.trace = self.dir / "trace"
@@ -4217,6 +4308,7 @@ class KillTest(CliCase):
                 self.assertEqual(cli.finish(), 0)
                 self.assertIn("STOPPING=1\nSTATUS=stopping", drain())
 
+    @alone
     def test_a_standby_pings_the_watchdog_while_it_waits_and_says_when_it_took_over(self):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.addCleanup(sock.close)
@@ -4235,6 +4327,7 @@ class KillTest(CliCase):
                 pass
         self.assertEqual(message.decode(), f"STATUS=watching {self.events} (took over)")
 
+    @alone
     def test_a_notify_socket_no_one_reads_blocks_neither_the_events_nor_the_stop(self):
         """Found as a hang in the suite: a datagram socket whose reader stops reading holds a
         few datagrams, then blocks the sender; the scheduler's loop, blocked in a ping, ran
@@ -4261,6 +4354,7 @@ class KillTest(CliCase):
         self.assertFalse(stopping.is_alive(), "the stop hangs")
         self.assertFalse(w.active)
 
+    @alone
     def test_a_standby_waits_for_its_holder_though_the_directory_is_made_anew(self):
         """Found by the fourth adversarial pass of issue 32: the new
         directory's lock was free while the holder lived on in the old one, so
@@ -4279,6 +4373,7 @@ class KillTest(CliCase):
             self.assertTrue(wait_for(lambda: standby.active, 5))
         self.assertIn("the harness that held it has gone", "\n".join(logs.output))
 
+    @alone
     def test_a_standby_says_when_the_harness_it_waits_for_hangs(self):
         holder = mom_events._DirectoryLock(str(self.events))
         self.addCleanup(holder.release, clean=False)
@@ -4297,6 +4392,8 @@ class KillTest(CliCase):
 
 class TakeoverFaultTest(CliCase):
     """What the adversarial pass of issue 30 found, each as it reproduced it."""
+
+    side_by_side = True
 
     def harness(self, command, *args):
         cli = Cli(self, self.events, "--poll", "0.05", "--exec", command, "--history", self.dir / "history.jsonl",
@@ -6711,6 +6808,8 @@ class HistoryInEventsTest(CliCase):
     """Issue 30, item 8: a history in the events directory, named like an
     event, was read as one and renamed .rejected again and again."""
 
+    side_by_side = True
+
     def test_a_history_in_the_events_directory_is_never_read_as_an_event(self):
         (self.dir / "link").symlink_to(self.events)  # the same directory by another path
         for history in (self.events / "history.json", self.dir / "link" / "history.json"):
@@ -7683,6 +7782,8 @@ class EndToEndTest(unittest.TestCase):
 
 
 class ShutdownTest(CliCase):
+    side_by_side = True
+
     def test_running_commands_finish_their_files_go_queued_files_stay(self):
         cli = self.serve("--exec", "sleep 0.5")
         self.put("a.json", immediate("C1"))
@@ -8093,7 +8194,8 @@ class LifecycleTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "stopped"):
             w.start()
         self.assertTrue((self.dir / "old.json").exists())  # no start-up scan deleted it
-        self.assertFalse(self.locked())
+        with self.assertLogs("mom_events", "ERROR"):  # the probe's own start-up rejects old.json
+            self.assertFalse(self.locked())
 
     def test_a_late_run_writes_its_lines_and_leaves_no_descriptor_of_the_history(self):
         history = self.dir / ".history.jsonl"
@@ -8293,6 +8395,8 @@ class StepTest(unittest.TestCase):
 
 
 class PromptTest(CliCase):
+    side_by_side = True
+
     def test_examples_are_valid_events_for_the_given_channel_and_directory(self):
         text = mom_events.events_prompt("/srv/bot/events/", timezone="Europe/Vienna", channel_id="C42")
         blocks = [block.split("\n", 1)[1] for block in text.split("```json")[1:]]
@@ -8406,6 +8510,7 @@ class PromptTest(CliCase):
         self.assertIn("Your user's timezone is America/New_York:", result.stdout)
         self.assertIn('"channelId": "C9"', result.stdout)
 
+    @alone
     def test_host_timezone_falls_back_to_the_offset(self):
         with mock.patch.dict(os.environ, {"TZ": ""}), \
                 mock.patch.object(mom_events, "_host_timezone", return_value=None):
@@ -8431,6 +8536,7 @@ class PromptTest(CliCase):
                 mock.patch("builtins.open", fake_open):
             return mom_events._host_timezone()
 
+    @alone
     def test_the_host_timezone_is_tz_then_the_localtime_link_then_etc_timezone(self):
         zoneinfo = "/usr/share/zoneinfo/America/New_York"
         self.assertEqual(self.host_timezone(":Europe/Vienna", zoneinfo, "Asia/Tokyo"), "Europe/Vienna")
@@ -8448,6 +8554,7 @@ class PromptTest(CliCase):
                               (-210, "-03:30"), (840, "+14:00")]:
             self.assertEqual(mom_events._offset_text(timedelta(minutes=minutes)), text)
 
+    @alone
     def test_without_an_interpreter_path_the_check_command_is_the_installed_script(self):
         with mock.patch.object(mom_events.sys, "executable", ""):
             self.assertEqual(mom_events._check_command(), "mom-events")
@@ -8465,6 +8572,8 @@ class PromptTest(CliCase):
 
 class AgentClockFaultTest(CliCase):
     """What the adversarial pass of issue 31 found, each as it reproduced it."""
+
+    side_by_side = True
 
     def test_the_manuals_commands_work_in_a_directory_with_a_space_and_a_quote(self):
         events = self.dir / "my events' dir"
@@ -8714,6 +8823,8 @@ class RecipeExtrasTest(unittest.TestCase):
 
 
 class CliTest(unittest.TestCase):
+    side_by_side = True
+
     def setUp(self):
         self.dir = temp_dir(self, "mom_events_cli_")
 
@@ -8857,6 +8968,8 @@ class CliTest(unittest.TestCase):
 
 
 class ExecTest(CliCase):
+    side_by_side = True
+
     def test_event_reaches_the_command_on_stdin_and_in_the_environment_only(self):
         command = ('echo "stdin=$(cat)"; '
                    'for v in FILE TYPE CHANNEL TEXT MESSAGE SCHEDULE; do eval "echo $v=\\$MOM_EVENT_$v"; done; '
@@ -8951,6 +9064,8 @@ class CommandPartsTest(unittest.TestCase):
     run's processes, its exit, its output lines; found by a mutation run of
     the CLI (issue 19)."""
 
+    side_by_side = True
+
     def event(self):
         return parse_event(json.dumps(immediate(text="hi")), "e.json")
 
@@ -8974,6 +9089,7 @@ class CommandPartsTest(unittest.TestCase):
         head, marker = raw.split(b" [cut: ")
         self.assertEqual(len(head), limit - len(b" [cut: " + marker) - 3)  # a character's tail: 3 bytes at most
 
+    @alone
     def test_without_proc_a_run_is_its_first_group(self):
         real = os.listdir
 
@@ -8997,6 +9113,7 @@ class CommandPartsTest(unittest.TestCase):
             with mock.patch.object(mom_events.os, "killpg", side_effect=PermissionError(1, "not permitted")):
                 self.assertEqual(mom_events._run_members(gone.pid), [gone.pid])  # cannot tell: assumed alive
 
+    @alone
     def test_a_process_gone_between_the_listing_and_the_read_of_its_stat_is_skipped(self):
         live = subprocess.Popen(["sleep", "30"], start_new_session=True)
         self.addCleanup(live.wait)
@@ -9017,6 +9134,7 @@ class CommandPartsTest(unittest.TestCase):
         self.addCleanup(lambda: (proc.kill(), proc.wait()))
         self.assertTrue(wait_for(lambda: mom_events._run_members(proc.pid) == [proc.pid], 5))
 
+    @alone  # counts the process's descriptors
     def test_a_command_that_closes_its_output_and_goes_on_is_waited_for_and_leaves_no_descriptor(self):
         before = len(os.listdir("/proc/self/fd"))
         started = time.monotonic()
@@ -9033,12 +9151,14 @@ class CommandPartsTest(unittest.TestCase):
         with self.assertRaisesRegex(mom_events._CommandFailed, "^killed by signal SIGHUP$"):
             mom_events._Commands("kill -HUP $$", None)(self.event())
 
+    @alone
     def test_a_command_that_cannot_be_started_is_a_failure_that_says_why(self):
         with mock.patch("subprocess.Popen", side_effect=OSError(7, "Argument list too long")), \
                 self.assertRaisesRegex(mom_events._CommandFailed,
                                        r"^cannot start the command: \[Errno 7\] Argument list too long$"):
             mom_events._Commands("true", None)(self.event())
 
+    @alone
     def test_a_last_line_without_a_newline_is_logged_and_no_pipe_is_left_unclosed(self):
         with warnings.catch_warnings(record=True) as caught, self.assertLogs("mom_events", "INFO") as logs:
             warnings.simplefilter("always", ResourceWarning)
@@ -9053,6 +9173,7 @@ class CommandPartsTest(unittest.TestCase):
         with self.assertRaisesRegex(mom_events._CommandFailed, r"^timed out after 0\.3 s$"):
             mom_events._Commands("sleep 5", 0.3)(event)  # the supervisor never blocks on the pipe
 
+    @alone
     def test_a_line_longer_than_the_limit_is_logged_in_pieces_and_no_byte_is_lost(self):
         limit = mom_events._LINE_LIMIT
         with self.assertLogs("mom_events", "INFO") as logs:
@@ -9062,6 +9183,7 @@ class CommandPartsTest(unittest.TestCase):
         self.assertEqual([len(piece) for piece in pieces], [limit, limit, 10, 4])
         self.assertEqual(pieces[-1], "next")
 
+    @alone
     def test_a_long_line_read_in_uneven_chunks_is_still_cut_at_the_limit(self):
         """Found by the test above under load: a line whose end came in a read
         after a piece was cut was logged whole, past the limit."""
@@ -9091,12 +9213,14 @@ class CommandPartsTest(unittest.TestCase):
         self.addCleanup(patch.stop)
         return calls
 
+    @alone
     def test_a_command_that_closes_its_input_is_not_written_to_again(self):
         feeds = self.counting("_feed")
         long = Event("long.json", "immediate", "C", "x" * 500_000)  # more than the pipe holds
         mom_events._Commands("exec 0<&-; sleep 0.5", None)(long)
         self.assertLessEqual(len(feeds), 5)  # not once a loop for half a second
 
+    @alone
     def test_a_command_that_closes_its_output_is_not_read_again(self):
         relays = self.counting("_relay")
         mom_events._Commands("exec >&- 2>&-; sleep 0.5", None)(self.event())
@@ -9108,12 +9232,14 @@ class CommandPartsTest(unittest.TestCase):
         self.addCleanup(lambda: pid_file.exists() and kill_group(int(pid_file.read_text())))
         return f"setsid sh -c '{script}' & echo $! > {pid_file}"
 
+    @alone
     def test_what_a_daemon_of_the_command_writes_later_is_not_waited_for(self):
         command = self.daemon("sleep 0.6; echo late; exec sleep 30") + "; echo early"
         with self.assertLogs("mom_events", "INFO") as logs:
             mom_events._Commands(command, None)(self.event())
         self.assertEqual(logs.output, ["INFO:mom_events:e.json: early"])
 
+    @alone
     def test_output_that_never_ends_is_given_up_on(self):
         command = self.daemon("echo forever; exec sleep 30")
         done = []
@@ -9124,6 +9250,7 @@ class CommandPartsTest(unittest.TestCase):
             runner.join(10)
         self.assertEqual(done, [None])
 
+    @alone
     def test_the_clis_error_report_is_one_line_for_a_command_a_traceback_for_the_rest(self):
         event = self.event()
         with self.assertLogs("mom_events", "ERROR") as logs:
@@ -9133,6 +9260,7 @@ class CommandPartsTest(unittest.TestCase):
                          ["e.json: command failed: exit status 3", "e.json: handler failed: [Errno 32] Broken pipe"])
         self.assertEqual([record.exc_info is not None for record in logs.records], [False, True])
 
+    @alone
     def test_a_finished_run_is_not_signalled_at_the_end(self):
         commands = mom_events._Commands("true", None)
         commands(self.event())
@@ -9140,6 +9268,7 @@ class CommandPartsTest(unittest.TestCase):
             commands.kill_all()  # its pid may belong to another process by now
         signal_run.assert_not_called()
 
+    @alone
     def test_kill_all_waits_for_a_command_being_started(self):
         real = subprocess.Popen
 
@@ -9182,6 +9311,7 @@ class CommandPartsTest(unittest.TestCase):
             return True
         return False
 
+    @alone
     def test_output_lines_empty_ones_included_are_logged_one_by_one(self):
         read, write = os.pipe()
         self.addCleanup(os.close, read)
@@ -9289,6 +9419,8 @@ class SupervisionTest(CliCase):
     exec the last command): the channel goes on, and the harness exits, only
     when the group is gone.  The runs write every pid they start to a file;
     cleanup kills them all, whatever the harness did."""
+
+    side_by_side = True
 
     def setUp(self):
         super().setUp()
@@ -9435,6 +9567,7 @@ class SupervisionTest(CliCase):
         self.assertEqual(mom_events._stop_session(live.pid, start), 1)
         self.assertEqual(live.wait(5), -signal.SIGTERM)
 
+    @alone
     def test_a_session_that_outlives_sigkill_is_given_up_on_with_one_error_line(self):
         with mock.patch.object(mom_events, "_run_members", return_value=[os.getpid()]), \
                 mock.patch.object(mom_events, "_signal_session"), mock.patch.object(mom_events, "_KILL_WAIT", 0.05), \
@@ -9455,6 +9588,7 @@ class SupervisionTest(CliCase):
         os.killpg(dead.pid, 0)  # the kill test alone would call it alive
         self.assertEqual(mom_events._run_members(dead.pid), [])
 
+    @alone
     def test_a_group_that_outlives_sigkill_is_given_up_on_with_one_error_line(self):
         commands = mom_events._Commands("exit 0", None)
         finished = []
@@ -9474,6 +9608,8 @@ class SupervisionTest(CliCase):
 class ExecEnvironmentTest(CliCase):
     """Whatever a valid event holds, its command runs: the whole message on
     stdin, and in MOM_EVENT_* what the environment can carry."""
+
+    side_by_side = True
 
     def setUp(self):
         super().setUp()
@@ -9532,6 +9668,8 @@ class ExecEnvironmentTest(CliCase):
 
 
 class CheckTest(CliCase):
+    side_by_side = True
+
     def test_one_line_per_file_touching_nothing(self):
         self.put("hook.json", immediate("C1"))
         self.put("later.json", one_shot("2999-01-01T09:00:00+01:00", "C2"))
@@ -9627,6 +9765,8 @@ class CheckTest(CliCase):
 class CheckReadableTest(CliCase):
     """Issue 31, item 3: what --check says can be read back to a user as it is: every duration exact,
     every time in the user's zone with the event's own beside it, the flags in words, and an agenda."""
+
+    side_by_side = True
 
     def test_a_duration_is_every_nonzero_unit_in_whole_seconds(self):
         span = mom_events._span
@@ -9797,6 +9937,7 @@ class CheckReadableTest(CliCase):
         self.assertEqual(len(heads), 1, lines)
         return lines[heads[0]:]
 
+    @alone
     def test_the_agenda_is_the_next_runs_of_every_file_that_will_run_in_time_order(self):
         self.put("daily.json", periodic("0 9 * * 1-5", "C123ABC", "Check inbox and post summary", "Europe/Vienna"))
         self.put("call.json", {**one_shot("2026-11-23T08:00:00-05:00", "C2", "Call the plumber\nabout the sink, "
@@ -9845,6 +9986,7 @@ class CheckReadableTest(CliCase):
             yield due
             due = due + step if "every" in content else timing_of(event).next_after(due, mtime)
 
+    @alone
     def test_the_agenda_is_a_merge_of_each_files_own_runs(self):
         """Against a plain model: each file's runs by brute force (an interval's by its arithmetic),
         sorted together, cut at the count or the span."""
@@ -9920,6 +10062,8 @@ class CheckReadableTest(CliCase):
 class CheckSummaryTest(CliCase):
     """Issue 31, item 8: --check's summary is its last line on stdout, with the lines it sums up."""
 
+    side_by_side = True
+
     def test_the_summary_is_the_last_line_on_stdout_not_a_log_line(self):
         self.put("hook.json", immediate())
         self.put("bad.json", "{")
@@ -9935,6 +10079,8 @@ class CheckSummaryTest(CliCase):
 
 class RejectedTest(CliCase):
     """Issue 12: what the agent wrote is never lost, and it learns why on its channel."""
+
+    side_by_side = True
 
     def serve(self, *args, **kwargs):
         return super().serve(*args, constants=FAST_RETRIES, **kwargs)
@@ -10045,6 +10191,8 @@ class AgentClockCliTest(CliCase):
     """issue 31 through the CLI: the harness's last line, its user's zone,
     and --check saying daylight saving's surprises and the window."""
 
+    side_by_side = True
+
     def test_the_harness_says_it_stopped_and_with_what_status(self):
         cli = self.serve()
         second = self.run_cli(self.events)  # no directory lock to be had: status 2, said last
@@ -10077,6 +10225,8 @@ class OneLineOutputTest(unittest.TestCase):
     a file could print a convincing line for another channel.  The plain
     output, --check and the CLI's log are one line per event, file and record."""
 
+    side_by_side = True
+
     ALPHABET = ([chr(c) for c in range(0x20)] + [chr(c) for c in range(0x7f, 0xa0)]
                 + ["\u2028", "\u2029", "\udcff", "\udc80", "\u202e", "\ufeff", "\u200b", "\xa0", "a", " ", "ü",
                    "中", "🙂", "\\", "[", "]", ":", "\n[EVENT:x.json:immediate] "])
@@ -10084,6 +10234,7 @@ class OneLineOutputTest(unittest.TestCase):
     def random_text(self, rng, low=0):
         return "".join(rng.choice(self.ALPHABET) for _ in range(rng.randint(low, 12)))
 
+    @alone
     def test_any_text_channel_and_name_print_one_line_per_event(self):
         import io
         import random
