@@ -961,7 +961,7 @@ def _call(frame, event, arg):
 tests = []
 def flat(suite):
     for t in suite:
-        if isinstance(t, unittest.TestSuite):
+        if isinstance(t, unittest.BaseTestSuite):  # the test file's load_tests has suites of its own
             flat(t)
         else:
             tests.append(t)
