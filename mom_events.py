@@ -1961,13 +1961,13 @@ def _fold(data: bytes) -> _Left:
 
 
 def _account_records(version: tuple[str, int], account: _Account) -> list[dict[str, Any]]:
-    """The account of a file's ``version`` (name, mtime) as the records that make it, to carry it over."""
+    """The account of a file's ``version`` (name, mtime) as the records that make it, to carry it over:
+    what was counted first, for a fire queued before a "counted" record reads as counted too."""
     file, mtime = version
-    fires = [{"kind": "fire", "file": file, "mtime": mtime, "due": due, "queued": due in account.lost}
-             for due in sorted(account.fired | account.lost)]
-    if math.isinf(account.counted):
-        return fires
-    return [*fires, {"kind": "counted", "file": file, "mtime": mtime, "until": account.counted}]
+    counted = [] if math.isinf(account.counted) else [
+        {"kind": "counted", "file": file, "mtime": mtime, "until": account.counted}]
+    return counted + [{"kind": "fire", "file": file, "mtime": mtime, "due": due, "queued": due in account.lost}
+                      for due in sorted(account.fired | account.lost)]
 
 
 def _journal_line(record: dict[str, Any]) -> bytes:

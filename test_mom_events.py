@@ -4527,6 +4527,72 @@ class JournalAccountTest(unittest.TestCase):
             got = {version: (a.fired, a.lost, a.counted) for version, a in left.accounts.items()}
             self.assertEqual(got, self.model_accounts(records), records)
 
+    def test_an_account_carried_over_reads_back_as_it_was(self):
+        """A start-up carries the accounts it read into its own journal, after its first record
+        (_account_records): read back, each is what it was.  Found by this test: a lost occurrence was
+        carried before the record of what was counted already, so it read back as counted, and a second
+        start-up killed in turn left the next to take it for one that ran."""
+        rng = random.Random(38)
+        for _ in range(500):
+            dues = [float(due) for due in rng.sample(range(10), rng.randint(1, 6))]
+            lost = rng.randint(0, len(dues))
+            account = mom_events._Account(frozenset(dues[lost:]), frozenset(dues[:lost]),
+                                          rng.choice([-math.inf, float(rng.randint(0, 10))]))
+            records = [{"kind": "harness", "pid": 1, "machine": "", "first": 1},
+                       *mom_events._account_records(("p.json", 7), account)]
+            left = mom_events._fold(b"".join(json.dumps(record).encode() + b"\n" for record in records))
+            self.assertEqual(left.accounts, {("p.json", 7): account}, records)
+
+    def test_a_lost_occurrence_is_told_after_a_start_up_killed_before_it_told_it(self):
+        """A counted missed occurrences at its start, then queued one that never ran, and died; B
+        carried that account over and died before it said anything; C says it, once."""
+        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        t0 = h.now
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
+                           "start": datetime.fromtimestamp(t0 - 50, UTC).isoformat()}, mtime=t0 - 60)
+        h.startup((t0 - 45, False))  # A: down since t0 - 45, so four runs were missed
+        h.now = t0 + 10
+        h.step(h.now)  # queued, and A dies before it runs
+        b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
+        with mock.patch.object(mom_events._Outbox, "counted", lambda *args: None):  # B is killed before it says it
+            b.startup((t0 + 12, False))
+        c = Harness(self, now=t0 + 14, directory=h.dir, history=h.w._out.history.path)
+        with self.assertLogs("mom_events", "INFO"):
+            c.startup((t0 + 12, False))
+        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+        self.assertEqual(missed, ["4 occurrences fell due while no harness was running",
+                                  "1 occurrence fell due while no harness was running"])
+
+    def test_an_occurrence_queued_and_never_run_is_kept_when_the_journal_is_compacted(self):
+        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        t0 = h.now
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
+                           "start": datetime.fromtimestamp(t0 + 10, UTC).isoformat()}, mtime=t0 - 1)
+        h.start()
+        h.now = t0 + 10
+        h.step(h.now)  # queued, never run
+        with mock.patch.object(mom_events, "_JOURNAL_COMPACT", 0):
+            h.w._journal.compact()  # after a beat at t0 + 12, and A dies
+        b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
+        with self.assertLogs("mom_events", "INFO"):
+            b.startup((t0 + 12, False))
+        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+        self.assertEqual(missed, ["1 occurrence fell due while no harness was running"])
+
+    def test_a_notice_taken_back_leaves_nothing_to_do(self):
+        records = [{"kind": "harness", "pid": 1, "machine": "", "first": 5},
+                   {"kind": "notice", "id": 5, "file": "a.json", "sig": None, "event": {}},
+                   {"kind": "end", "id": 5, "ran": False}]
+        left = mom_events._fold(b"".join(json.dumps(record).encode() + b"\n" for record in records))
+        self.assertEqual((left.notices, left.cut, left.ended, left.open), ([], [], [], []))
+
+    def test_journal_ids_stay_exact_json_numbers(self):
+        """Random, below 2**53 with room for a million runs: any JSON reader holds them exactly."""
+        directory = str(temp_dir(self, "mom_events_ids_"))
+        firsts = {mom_events._Journal(directory).first for _ in range(200)}
+        self.assertEqual(len(firsts), 200)
+        self.assertLess(max(firsts) + 10 ** 6, 2 ** 53)
+
     def test_a_short_write_is_cut_back_said_once_and_its_recovery_said(self):
         journal = mom_events._Journal(str(temp_dir(self, "mom_events_journal_")))
         journal.begin([])
@@ -9134,6 +9200,22 @@ class CommandPartsTest(unittest.TestCase):
         self.addCleanup(lambda: (proc.kill(), proc.wait()))
         self.assertTrue(wait_for(lambda: mom_events._run_members(proc.pid) == [proc.pid], 5))
 
+    def test_a_process_start_is_when_it_started_whatever_its_name(self):
+        """In clock ticks since boot: against the boot time and the moment the process was started."""
+        with open("/proc/stat") as file:
+            booted = next(int(line.split()[1]) for line in file if line.startswith("btime "))
+        odd = temp_dir(self, "mom_events_comm_") / "sl) eep"
+        odd.symlink_to(shutil.which("sleep"))
+        for program in (shutil.which("sleep"), str(odd)):
+            spawned = time.time()
+            proc = subprocess.Popen([program, "30"])
+            self.addCleanup(lambda proc=proc: (proc.kill(), proc.wait()))
+            started = booted + mom_events._process_start(proc.pid) / os.sysconf("SC_CLK_TCK")
+            self.assertLess(abs(started - spawned), 2.0, program)  # btime is whole seconds
+        proc.kill()
+        proc.wait()
+        self.assertIsNone(mom_events._process_start(proc.pid))
+
     @alone  # counts the process's descriptors
     def test_a_command_that_closes_its_output_and_goes_on_is_waited_for_and_leaves_no_descriptor(self):
         before = len(os.listdir("/proc/self/fd"))
@@ -9150,6 +9232,10 @@ class CommandPartsTest(unittest.TestCase):
     def test_signal_1_is_a_failure(self):
         with self.assertRaisesRegex(mom_events._CommandFailed, "^killed by signal SIGHUP$"):
             mom_events._Commands("kill -HUP $$", None)(self.event())
+
+    def test_a_signal_with_no_name_is_a_failure_by_number(self):
+        with self.assertRaisesRegex(mom_events._CommandFailed, "^killed by signal 40$"):  # SIGRTMIN+6 on Linux
+            mom_events._Commands("kill -40 $$", None)(self.event())
 
     @alone
     def test_a_command_that_cannot_be_started_is_a_failure_that_says_why(self):
