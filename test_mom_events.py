@@ -4593,6 +4593,32 @@ class JournalAccountTest(unittest.TestCase):
         self.assertEqual(len(firsts), 200)
         self.assertLess(max(firsts) + 10 ** 6, 2 ** 53)
 
+    def test_a_journal_that_cannot_be_replaced_is_said_once_and_its_recovery_said(self):
+        directory = temp_dir(self, "mom_events_journal_")
+        journal = mom_events._Journal(str(directory))
+        self.addCleanup(journal.close)
+        (directory / ".mom_events.journal").mkdir()  # a rename cannot replace a directory
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            journal.begin([])
+            journal.begin([])
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("cannot write the journal", logs.output[0])
+        (directory / ".mom_events.journal").rmdir()
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            journal.begin([])
+        self.assertIn("is written again", logs.output[0])
+
+    def test_a_closed_journal_writes_nowhere(self):
+        """Its descriptor's number may be another file's by then."""
+        directory = temp_dir(self, "mom_events_journal_")
+        journal = mom_events._Journal(str(directory))
+        journal.begin([])
+        journal.close()
+        with open(directory / "other", "wb"), self.assertNoLogs("mom_events"):  # the descriptor freed
+            journal.write({"kind": "counted", "file": "p.json", "mtime": 1, "until": 2.0})
+            journal.close()
+        self.assertEqual((directory / "other").read_bytes(), b"")
+
     def test_a_short_write_is_cut_back_said_once_and_its_recovery_said(self):
         journal = mom_events._Journal(str(temp_dir(self, "mom_events_journal_")))
         journal.begin([])
