@@ -29,6 +29,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -4602,11 +4603,16 @@ class JournalAccountTest(unittest.TestCase):
             journal.begin([])
             journal.begin([])
         self.assertEqual(len(logs.output), 1)
-        self.assertIn("cannot write the journal", logs.output[0])
+        self.assertIn(f"cannot write the journal {directory / '.mom_events.journal'} (Is a directory)", logs.output[0])
         (directory / ".mom_events.journal").rmdir()
         with self.assertLogs("mom_events", "WARNING") as logs:
             journal.begin([])
         self.assertIn("is written again", logs.output[0])
+        self.assertEqual(stat.S_IMODE(os.stat(journal.path).st_mode), 0o600)  # it names files and sessions
+        os.unlink(journal.path)
+        (directory / ".mom_events.journal").mkdir()
+        with self.assertLogs("mom_events", "ERROR"):  # a new spell of failures is said again
+            journal.begin([])
 
     def test_a_closed_journal_writes_nowhere(self):
         """Its descriptor's number may be another file's by then."""
@@ -4815,6 +4821,26 @@ class CrashTest(unittest.TestCase):
 
     def harness(self, now=None, directory=None, **kwargs):
         return Harness(self, now=now, directory=directory, history=self.history, **kwargs)
+
+    def test_a_file_that_ran_is_not_deleted_once_a_newer_one_is_moved_in_over_it(self):
+        """At start-up, a run the dead harness saw end has its file deleted if it is still the
+        file that ran: one moved in over it between that look and the deletion stays."""
+        d = temp_dir(self, "mom_events_settle_")
+        put(d, "a.json", immediate(text="ran"))
+        run = {"type": "immediate", "channelId": "C1", "due": None, "file": "a.json", "ran": True, "final": True,
+               "sig": list(mom_events._stat_entry(str(d / "a.json")).sig),
+               "digest": binascii.crc32((d / "a.json").read_bytes()), "recorded": True}
+        real = mom_events._holds
+
+        def moved_in_after_the_look(directory, ran):
+            held = real(directory, ran)
+            put(d, ".a.json.tmp", immediate(text="newer"))
+            os.replace(d / ".a.json.tmp", d / "a.json")
+            return held
+        with mock.patch.object(mom_events, "_holds", moved_in_after_the_look), \
+                self.assertNoLogs("mom_events", "ERROR"):
+            mom_events._settle_ended(str(d), run, lambda *args, **kwargs: None)
+        self.assertEqual(json.loads((d / "a.json").read_text())["text"], "newer")
 
     def successor(self, dead, now, last_beat, clean=False):
         """What takes over from ``dead`` at ``now``, when its lock's last beat was at ``last_beat``."""
