@@ -4305,6 +4305,8 @@ class KillTest(CliCase):
                 self.assertEqual(drain(), [])
                 cli.signal(signal.SIGCONT)
                 self.assertEqual(sock.recv(4096), b"WATCHDOG=1")
+                time.sleep(0.5)
+                self.assertLessEqual(len(drain()), 6)  # every half WATCHDOG_USEC (0.1 s), not more often
                 cli.signal(signal.SIGTERM)
                 self.assertEqual(cli.finish(), 0)
                 self.assertIn("STOPPING=1\nSTATUS=stopping", drain())
