@@ -1374,8 +1374,9 @@ def _missed(timing: _Periodic, since: float, until: float, mtime: float,
     if mtime <= until:  # not before the file was written (a future mtime says nothing)
         since = max(since, mtime)
     since = max(since, account.counted)  # nor counted twice
-    lost = sorted(due for due in account.lost if due < since)  # queued, never started: missed still
-    count, latest, after = len(lost), max(lost, default=None), since - 1e-3
+    lost = sorted(due for due in account.lost if account.counted <= due < since)  # queued, never started: missed
+    caught = [due for due in account.lost if due < account.counted]  # a catch-up queued after the count: run, not told
+    count, latest, after = len(lost), max(lost + caught, default=None), since - 1e-3
     while count < _MISSED_COUNT:
         due = timing.next_after(after, mtime)
         if due >= until:
@@ -1947,8 +1948,8 @@ def _fold(data: bytes) -> _Left:
     done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run.get("type") == "periodic"}
     lost = {key for key, (queued, number) in fires.items()  # queued, never ended, not counted since: missed
             if queued and number > counted.get(key[:2], (0.0, -1))[1]} - done
-    dues: dict[tuple[str, int], tuple[set[float], set[float]]] = {}  # a version's (fired, lost) occurrences
-    for key in [*done, *fires]:
+    dues: dict[tuple[str, int], tuple[set[float], set[float]]] = {version: (set(), set()) for version in counted}
+    for key in [*done, *fires]:  # a version's (fired, lost) occurrences; one only counted has none
         fired, missed = dues.setdefault(key[:2], (set(), set()))
         (missed if key in lost else fired).add(key[2])
     for version, (fired, missed) in dues.items():

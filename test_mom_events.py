@@ -4505,7 +4505,7 @@ class JournalAccountTest(unittest.TestCase):
             elif record["kind"] == "end":
                 done.add((record["file"], record["sig"][3], record["due"]))
         lost = {key for key, queued in fires.items() if queued} - done
-        versions = {key[:2] for key in [*done, *fires]}
+        versions = {key[:2] for key in [*done, *fires]} | set(counted)
         return {version: (frozenset(key[2] for key in [*done, *fires] if key[:2] == version and key not in lost),
                           frozenset(key[2] for key in lost if key[:2] == version), counted.get(version, -math.inf))
                 for version in versions}
@@ -4537,14 +4537,14 @@ class JournalAccountTest(unittest.TestCase):
         start-up killed in turn left the next to take it for one that ran."""
         rng = random.Random(38)
         for _ in range(500):
-            dues = [float(due) for due in rng.sample(range(10), rng.randint(1, 6))]
+            dues = [float(due) for due in rng.sample(range(10), rng.randint(0, 6))]
             lost = rng.randint(0, len(dues))
             account = mom_events._Account(frozenset(dues[lost:]), frozenset(dues[:lost]),
                                           rng.choice([-math.inf, float(rng.randint(0, 10))]))
             records = [{"kind": "harness", "pid": 1, "machine": "", "first": 1},
                        *mom_events._account_records(("p.json", 7), account)]
             left = mom_events._fold(b"".join(json.dumps(record).encode() + b"\n" for record in records))
-            self.assertEqual(left.accounts, {("p.json", 7): account}, records)
+            self.assertEqual(left.accounts, {("p.json", 7): account} if len(records) > 1 else {}, records)
 
     def test_a_lost_occurrence_is_told_after_a_start_up_killed_before_it_told_it(self):
         """A counted missed occurrences at its start, then queued one that never ran, and died; B
@@ -4565,6 +4565,26 @@ class JournalAccountTest(unittest.TestCase):
         missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
         self.assertEqual(missed, ["4 occurrences fell due while no harness was running",
                                   "1 occurrence fell due while no harness was running"])
+
+    def test_what_a_start_up_killed_after_it_counted_said_is_not_said_again(self):
+        """Found by this stop's adversarial pass: a start-up killed while it judged left "counted"
+        records for files that had fired nothing, which the next start-up dropped: it told the same
+        missed occurrences again.  Without catchUp, and with it (the catch-up queued after the count
+        and never run is no new miss)."""
+        for catch_up in (False, True):
+            with self.subTest(catch_up=catch_up):
+                h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+                t0 = h.now
+                h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
+                                   "catchUp": catch_up, "start": datetime.fromtimestamp(t0 - 55, UTC).isoformat()},
+                        mtime=t0 - 60)
+                with self.assertLogs("mom_events", "INFO"):
+                    h.startup((t0 - 40, False))  # K1 counts t0 - 35, -25, -15, -5, queues a catch-up, dies
+                b = Harness(self, now=t0 + 1, directory=h.dir, history=h.w._out.history.path)
+                b.startup((t0 - 40, False))  # K1 never beat: the same window, and nothing new in it
+                missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+                self.assertEqual(len(missed), 1, missed)
+                self.assertTrue(missed[0].startswith("4 occurrences fell due"), missed)
 
     def test_an_occurrence_queued_and_never_run_is_kept_when_the_journal_is_compacted(self):
         h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
@@ -5086,8 +5106,7 @@ class CrashTest(unittest.TestCase):
                 missed = [r["detail"] for r in read_history(self.history) if r["outcome"] == "missed"]
                 self.assertEqual(missed[0], "6 occurrences fell due while no harness was running; running the "
                                             "latest now, late (catchUp)")
-                self.assertEqual(missed[1:], [] if started else [
-                    "1 occurrence fell due while no harness was running; running the latest now, late (catchUp)"])
+                self.assertEqual(missed[1:], [])  # run by the next one if it had not started, and not told again
                 self.history.unlink()
 
     def test_an_occurrence_due_at_the_start_up_instant_itself_runs_and_is_not_missed(self):
