@@ -1948,6 +1948,10 @@ def _fold(data: bytes) -> _Left:
     done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run.get("type") == "periodic"}
     lost = {key for key, (queued, number) in fires.items()  # queued, never ended, not counted since: missed
             if queued and number > counted.get(key[:2], (0.0, -1))[1]} - done
+    for run in left.cut:  # a catch-up cut short was counted already: it is not missed again, nor run again
+        key = (run["file"], run["sig"][3], run["due"]) if run["type"] == "periodic" and run.get("sig") else None
+        if key is not None and key[2] < counted.get(key[:2], (-math.inf, 0))[0]:
+            lost.discard(key)
     dues: dict[tuple[str, int], tuple[set[float], set[float]]] = {version: (set(), set()) for version in counted}
     for key in [*done, *fires]:  # a version's (fired, lost) occurrences; one only counted has none
         fired, missed = dues.setdefault(key[:2], (set(), set()))

@@ -4586,6 +4586,25 @@ class JournalAccountTest(unittest.TestCase):
                 self.assertEqual(len(missed), 1, missed)
                 self.assertTrue(missed[0].startswith("4 occurrences fell due"), missed)
 
+    def test_a_catch_up_cut_short_is_neither_told_nor_run_again(self):
+        """As any periodic run cut short, it counts as missed: it was, when it was queued."""
+        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        t0 = h.now
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s", "catchUp": True,
+                           "start": datetime.fromtimestamp(t0 - 55, UTC).isoformat()}, mtime=t0 - 60)
+        with self.assertLogs("mom_events", "INFO"):
+            h.startup((t0 - 40, False))  # K1 counts four, queues the catch-up of t0 - 5 ...
+        h.w._journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic", "channelId": "C1",
+                            "due": t0 - 5, "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
+                            "digest": binascii.crc32((h.dir / "p.json").read_bytes()), "final": False})
+        b = Harness(self, now=t0 + 1, directory=h.dir, history=h.w._out.history.path)  # ... which began; K1 died
+        with self.assertLogs("mom_events", "WARNING"):
+            b.startup((t0 - 40, False))
+        b.run_workers()
+        self.assertEqual((h.fired, b.fired), ([], []))
+        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+        self.assertEqual(len(missed), 1, missed)
+
     def test_an_occurrence_queued_and_never_run_is_kept_when_the_journal_is_compacted(self):
         h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
         t0 = h.now
