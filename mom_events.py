@@ -2510,7 +2510,7 @@ class _Hold:
         self._held: int | None = None  # the lock file another harness holds, while this one waits for it
         self._holder = ""              # ... and what taking it said
 
-    def take(self, waiting: bool = False) -> tuple[float, bool] | None:
+    def take(self, waiting: bool) -> tuple[float, bool] | None:
         """Make the directory if missing and take its lock; returns its
         previous holder's trace.  EventError names the process that holds it,
         whose lock file a standby (``waiting``) keeps open, for ``wait``."""

