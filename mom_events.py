@@ -2137,12 +2137,14 @@ def _recover(directory: str, journal: _Journal, record: _Record) -> tuple[
     """Take over what the journal says the last harness left (at start-up,
     before anything runs): stop what is left of the runs it cut short and
     record them, delete the files of runs that ended, put back a file it
-    was deleting or renaming; then start the journal anew, with what this
-    harness has still open (in a directory made anew).  Returns, for the
-    start-up's judge, the periodic files' accounts and the versions (file,
-    mtime_ns) to run again (carried over until they have), then the notices
-    it did not send, to send once the directory has been judged, and whether
-    the journal was this harness's own (the directory copied back in place)."""
+    was deleting or renaming, record as cancelled the periodic occurrences
+    it queued whose file is gone or changed since; then start the journal
+    anew, with what this harness has still open (in a directory made anew).
+    Returns, for the start-up's judge, the periodic files' accounts and the
+    versions (file, mtime_ns) to run again (carried over until they have),
+    then the notices it did not send, to send once the directory has been
+    judged, and whether the journal was this harness's own (the directory
+    copied back in place)."""
     own, left = journal.own(), journal.left()
     here = bool(left.machine) and left.machine == _machine()  # its commands' processes are this machine's
     mine = left.first is not None and left.first == journal.first
@@ -2165,7 +2167,15 @@ def _recover(directory: str, journal: _Journal, record: _Record) -> tuple[
         entry = _stat_entry(os.path.join(directory, notice["file"]))
         if notice["sig"] is None or entry is None or entry.sig is None or entry.sig[:4] != tuple(notice["sig"][:4]):
             notices.append({**notice, "id": journal.next_id()})
-    carried = [record for version, account in left.accounts.items() for record in _account_records(version, account)]
+    carried = []
+    for (file, mtime_ns), account in left.accounts.items():
+        entry = _stat_entry(os.path.join(directory, file))
+        if entry is not None and entry.sig is not None and entry.sig[3] == mtime_ns:
+            carried += _account_records((file, mtime_ns), account)
+            continue
+        for due in sorted(account.lost):  # the version they were queued for is gone: as while running
+            record("cancelled", file, type="periodic", dueAt=due,
+                   detail="its file was removed or changed before it ran")
     reruns = [rerun for rerun in left.reruns.values() if _holds(directory, rerun) is not None]
     journal.begin(carried + reruns + notices + own)
     return left.accounts, frozenset((rerun["file"], rerun["sig"][3]) for rerun in reruns), notices, mine

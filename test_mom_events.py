@@ -4608,6 +4608,29 @@ class JournalAccountTest(unittest.TestCase):
         missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
         self.assertEqual(len(missed), 1, missed)
 
+    def test_an_occurrence_queued_when_the_harness_died_is_cancelled_if_its_file_went_or_changed(self):
+        """Found by this stop's adversarial pass: its "queued" line was left without an outcome."""
+        for change in ("rewritten", "removed"):
+            with self.subTest(change=change):
+                h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+                t0 = h.now
+                content = {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
+                           "start": datetime.fromtimestamp(t0 + 10, UTC).isoformat()}
+                h.write("p.json", content, mtime=t0 - 1)
+                h.start()
+                h.now = t0 + 10
+                h.step(h.now)  # queued, never run: A dies
+                if change == "rewritten":
+                    h.write("p.json", {**content, "text": "y"}, mtime=t0 + 11)
+                else:
+                    (h.dir / "p.json").unlink()
+                b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
+                b.startup((t0 + 12, False))
+                lines = [r for r in read_history(h.w._out.history.path) if r["outcome"] in ("cancelled", "missed")]
+                self.assertEqual([(r["outcome"], r["dueAt"], r["detail"]) for r in lines], [
+                    ("cancelled", mom_events._iso(t0 + 10), "its file was removed or changed before it ran")])
+                self.assertNotIn('"fire"', (h.dir / ".mom_events.journal").read_text())  # its account is not carried
+
     def test_an_occurrence_queued_and_never_run_is_kept_when_the_journal_is_compacted(self):
         h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
         t0 = h.now
