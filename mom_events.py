@@ -2403,15 +2403,13 @@ class _Scanner:
         except OSError as exc:
             self.problem(f"cannot be read ({exc.strerror})")
             return None  # nothing is known to have changed
-        if seen is None:
-            return None
         if self._trouble is not None and self._dir_key is not None:
             log.warning("events directory %s is back", self.directory)
             self._trouble = None
             self.came_back = True
         return self._changes(seen) if seen else None  # None: the idle tick
 
-    def _look(self, startup: bool) -> dict[str, _Entry | None] | None:
+    def _look(self, startup: bool) -> dict[str, _Entry | None]:
         """The names looked at and what each is now (None: gone)."""
         dir_st = os.stat(self.directory)
         if not stat.S_ISDIR(dir_st.st_mode):

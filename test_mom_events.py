@@ -4333,6 +4333,31 @@ class KillTest(CliCase):
                 pass
         self.assertEqual(message.decode(), f"STATUS=watching {self.events} (took over)")
 
+    def test_a_message_to_systemd_waits_a_moment_for_a_full_socket_a_ping_does_not(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.addCleanup(sock.close)
+        sock.bind(str(self.dir / "notify"))
+        filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.addCleanup(filler.close)
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while True:  # the reader's queue is full (net.unix.max_dgram_qlen)
+                filler.sendto(b"filler", str(self.dir / "notify"))
+        systemd = mom_events._Systemd({"NOTIFY_SOCKET": str(self.dir / "notify"), "WATCHDOG_USEC": "1000000"})
+        began = time.monotonic()
+        systemd.ping(began)
+        self.assertLess(time.monotonic() - began, 0.5)  # dropped at once: the loop never blocks
+        sender = threading.Thread(target=systemd.send, args=("READY=1",))
+        sender.start()
+        time.sleep(0.3)  # READY waits for room, then the reader drains the queue
+        received = []
+        sock.settimeout(2)
+        while b"READY=1" not in received and len(received) < 100:
+            received.append(sock.recv(64))
+        sender.join(5)
+        self.assertIn(b"READY=1", received)
+        self.assertNotIn(b"WATCHDOG=1", received)
+
     @alone
     def test_a_notify_socket_no_one_reads_blocks_neither_the_events_nor_the_stop(self):
         """Found as a hang in the suite: a datagram socket whose reader stops reading holds a

@@ -729,6 +729,8 @@ EQUIVALENT = {
         _SWEEP_PACE,
     "scanner:_Scanner.scan:return:return None => 0":
         "0 and None are alike to the caller: no changes",
+    "scanner:_fold:delete:continue => pass#3":
+        "the last statement of the loop's body (its except clause): the loop goes on either way",
     "scanner:_Hold.__init__:delete:self._holder = '' => pass":
         "wait() reads it only after take() failed, which sets it; _stand_by always tries take() first",
 }
