@@ -4656,6 +4656,32 @@ class JournalAccountTest(unittest.TestCase):
                     ("cancelled", mom_events._iso(t0 + 10), "its file was removed or changed before it ran")])
                 self.assertNotIn('"fire"', (h.dir / ".mom_events.journal").read_text())  # its account is not carried
 
+    def test_an_occurrence_due_at_the_count_itself_is_no_catch_up(self):
+        """It runs at the start-up (it is not missed then); queued and never started, or begun and cut
+        short, when that start-up dies, it is missed: the next one says so, once."""
+        for begun in (False, True):
+            with self.subTest(begun=begun):
+                h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+                t0 = h.now
+                h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
+                                   "start": datetime.fromtimestamp(t0 - 50, UTC).isoformat()}, mtime=t0 - 60)
+                with self.assertLogs("mom_events", "INFO"):
+                    h.startup((t0 - 45, False))  # K1 counts t0 - 40 to t0 - 10; t0 itself runs now ...
+                h.step(h.now)  # ... queued
+                if begun:
+                    h.w._journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic",
+                                        "channelId": "C1", "due": t0,
+                                        "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
+                                        "digest": binascii.crc32((h.dir / "p.json").read_bytes()), "final": False})
+                b = Harness(self, now=t0 + 1, directory=h.dir, history=h.w._out.history.path)
+                with self.assertLogs("mom_events", "INFO"):
+                    b.startup((t0 - 45, False))
+                b.run_workers()
+                self.assertEqual((h.fired, b.fired), ([], []))
+                missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+                self.assertEqual(missed, ["4 occurrences fell due while no harness was running",
+                                          "1 occurrence fell due while no harness was running"])
+
     def test_an_occurrence_queued_and_never_run_is_kept_when_the_journal_is_compacted(self):
         h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
         t0 = h.now

@@ -643,10 +643,10 @@ EQUIVALENT = {
         "the last statement of the loop's body: the loop goes on either way",
     "scan:_Entry.mtime_ns:number:self.sig[3] if self.sig else 0 => 0->1":
         "an entry that could not be stat'ed sorts among the files dated to the first nanosecond of 1970",
-    "scanner:_fold:number:run['sig'][3] => 3->4#2":
+    "scanner:_fold:number:run['sig'][3] => 3->4#3":
         "the key keeps one record per version of a file in one journal, and one file has one run at a time: "
         "another field of the signature serves as well (what is carried is checked against the whole of it)",
-    "scanner:_fold:number:run['sig'][3] => 3->2#2":
+    "scanner:_fold:number:run['sig'][3] => 3->2#3":
         "the key keeps one record per version of a file in one journal, and one file has one run at a time: "
         "another field of the signature serves as well (what is carried is checked against the whole of it)",
     "scanner:_fold:number:record['sig'][3] => 3->4":
@@ -697,6 +697,12 @@ EQUIVALENT = {
         "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
     "scanner:_fold:number:(-math.inf, 0) => 0->1#2":
         "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
+    "scanner:_fold:number:(-math.inf, 0) => 0->1#3":
+        "the default's second element is never read: only its first (no counted record: nothing counted)",
+    "scanner:_fold:number:(-math.inf, 0) => 0->-1#3":
+        "the default's second element is never read: only its first (no counted record: nothing counted)",
+    "scanner:_fold:number:-1 => 1->2":
+        "-2 is below every line, as -1 is",
     "scanner:_fold:number:(-math.inf, 0) => 0->-1#2":
         "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
     "scanner:_Journal.__init__:number:self._size = 0 => 0->1":
@@ -729,6 +735,8 @@ EQUIVALENT = {
         _SWEEP_PACE,
     "scanner:_Scanner.scan:return:return None => 0":
         "0 and None are alike to the caller: no changes",
+    "judge:_missed:compare:due < account.counted => Lt->LtE":
+        "a lost occurrence due at the count itself is counted by the walk from there, and is the latest either way",
     "scanner:_fold:delete:continue => pass#3":
         "the last statement of the loop's body (its except clause): the loop goes on either way",
     "scanner:_Hold.__init__:delete:self._holder = '' => pass":
