@@ -1959,6 +1959,8 @@ def _fold(data: bytes) -> _Left:
     for version, (fired, missed) in dues.items():
         left.accounts[version] = _Account(frozenset(fired), frozenset(missed),
                                           counted.get(version, (-math.inf, 0))[0])
+    left.open += [{"kind": "counted", "file": file, "mtime": mtime, "until": counted[file, mtime][0]}  # first:
+                  for file, mtime in {key[:2] for key in lost} & counted.keys()]  # a catch-up is no new miss
     left.open += [{"kind": "fire", "file": file, "mtime": mtime, "due": due, "queued": True}
                   for file, mtime, due in lost]
     left.open += left.notices

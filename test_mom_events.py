@@ -4682,6 +4682,24 @@ class JournalAccountTest(unittest.TestCase):
                 self.assertEqual(missed, ["4 occurrences fell due while no harness was running",
                                           "1 occurrence fell due while no harness was running"])
 
+    def test_a_catch_up_queued_and_never_run_is_no_new_miss_after_the_journal_is_compacted(self):
+        """Found by this stop's second adversarial pass: compaction kept the catch-up's record but not
+        what had been counted, so the next start-up counted it again."""
+        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        t0 = h.now
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s", "catchUp": True,
+                           "start": datetime.fromtimestamp(t0 - 55, UTC).isoformat()}, mtime=t0 - 60)
+        with self.assertLogs("mom_events", "INFO"):
+            h.startup((t0 - 40, False))  # counts four, queues the catch-up of t0 - 5, never run
+        with mock.patch.object(mom_events, "_JOURNAL_COMPACT", 0):
+            h.w._journal.compact()  # after a beat at t0 + 2, and K1 dies
+        b = Harness(self, now=t0 + 3, directory=h.dir, history=h.w._out.history.path)
+        b.startup((t0 + 2, False))
+        b.run_workers()
+        self.assertEqual([event.due.timestamp() for _, event in b.fired], [t0 - 5])  # the catch-up, run now
+        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+        self.assertEqual(len(missed), 1, missed)
+
     def test_an_occurrence_queued_and_never_run_is_kept_when_the_journal_is_compacted(self):
         h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
         t0 = h.now
