@@ -4516,6 +4516,29 @@ class TakeoverFaultTest(CliCase):
 
 
 class JournalAccountTest(unittest.TestCase):
+    def first(self, start, catch_up=False, written=-60):
+        """A harness and its history, with p.json: every 10 s from ``start`` seconds from now, written
+        ``written`` seconds from now."""
+        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s", "catchUp": catch_up,
+                           "start": datetime.fromtimestamp(h.now + start, UTC).isoformat()}, mtime=h.now + written)
+        return h
+
+    def successor(self, dead, now):
+        """The next harness, at ``now``, on ``dead``'s directory and history (its start-up is the test's)."""
+        return Harness(self, now=now, directory=dead.dir, history=dead.w._out.history.path)
+
+    @staticmethod
+    def begun(h, due, **more):
+        """The record a worker journals as p.json's occurrence ``due`` begins."""
+        h.w._journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic", "channelId": "C1",
+                            "due": due, "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
+                            "digest": binascii.crc32((h.dir / "p.json").read_bytes()), "final": False, **more})
+
+    @staticmethod
+    def missed(h):
+        return [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+
     @staticmethod
     def model_accounts(records):
         """Each periodic file version's account, by the rules read plainly, record by record: a fire
@@ -4577,22 +4600,19 @@ class JournalAccountTest(unittest.TestCase):
     def test_a_lost_occurrence_is_told_after_a_start_up_killed_before_it_told_it(self):
         """A counted missed occurrences at its start, then queued one that never ran, and died; B
         carried that account over and died before it said anything; C says it, once."""
-        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        h = self.first(start=-50)
         t0 = h.now
-        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
-                           "start": datetime.fromtimestamp(t0 - 50, UTC).isoformat()}, mtime=t0 - 60)
         h.startup((t0 - 45, False))  # A: down since t0 - 45, so four runs were missed
         h.now = t0 + 10
         h.step(h.now)  # queued, and A dies before it runs
-        b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
+        b = self.successor(h, t0 + 13)
         with mock.patch.object(mom_events._Outbox, "counted", lambda *args: None):  # B is killed before it says it
             b.startup((t0 + 12, False))
-        c = Harness(self, now=t0 + 14, directory=h.dir, history=h.w._out.history.path)
+        c = self.successor(h, t0 + 14)
         with self.assertLogs("mom_events", "INFO"):
             c.startup((t0 + 12, False))
-        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
-        self.assertEqual(missed, ["4 occurrences fell due while no harness was running",
-                                  "1 occurrence fell due while no harness was running"])
+        self.assertEqual(self.missed(h), ["4 occurrences fell due while no harness was running",
+                                          "1 occurrence fell due while no harness was running"])
 
     def test_what_a_start_up_killed_after_it_counted_said_is_not_said_again(self):
         """Found by this stop's adversarial pass: a start-up killed while it judged left "counted"
@@ -4601,55 +4621,45 @@ class JournalAccountTest(unittest.TestCase):
         and never run is no new miss)."""
         for catch_up in (False, True):
             with self.subTest(catch_up=catch_up):
-                h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+                h = self.first(start=-55, catch_up=catch_up)
                 t0 = h.now
-                h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
-                                   "catchUp": catch_up, "start": datetime.fromtimestamp(t0 - 55, UTC).isoformat()},
-                        mtime=t0 - 60)
                 with self.assertLogs("mom_events", "INFO"):
                     h.startup((t0 - 40, False))  # K1 counts t0 - 35, -25, -15, -5, queues a catch-up, dies
-                b = Harness(self, now=t0 + 1, directory=h.dir, history=h.w._out.history.path)
+                b = self.successor(h, t0 + 1)
                 b.startup((t0 - 40, False))  # K1 never beat: the same window, and nothing new in it
-                missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+                missed = self.missed(h)
                 self.assertEqual(len(missed), 1, missed)
                 self.assertTrue(missed[0].startswith("4 occurrences fell due"), missed)
 
     def test_a_catch_up_cut_short_is_neither_told_nor_run_again(self):
         """As any periodic run cut short, it counts as missed: it was, when it was queued."""
-        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        h = self.first(start=-55, catch_up=True)
         t0 = h.now
-        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s", "catchUp": True,
-                           "start": datetime.fromtimestamp(t0 - 55, UTC).isoformat()}, mtime=t0 - 60)
         with self.assertLogs("mom_events", "INFO"):
             h.startup((t0 - 40, False))  # K1 counts four, queues the catch-up of t0 - 5 ...
-        h.w._journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic", "channelId": "C1",
-                            "due": t0 - 5, "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
-                            "digest": binascii.crc32((h.dir / "p.json").read_bytes()), "final": False})
-        b = Harness(self, now=t0 + 1, directory=h.dir, history=h.w._out.history.path)  # ... which began; K1 died
+        self.begun(h, t0 - 5)
+        b = self.successor(h, t0 + 1)  # ... which began; K1 died
         with self.assertLogs("mom_events", "WARNING"):
             b.startup((t0 - 40, False))
         b.run_workers()
         self.assertEqual((h.fired, b.fired), ([], []))
-        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+        missed = self.missed(h)
         self.assertEqual(len(missed), 1, missed)
 
     def test_an_occurrence_queued_when_the_harness_died_is_cancelled_if_its_file_went_or_changed(self):
         """Found by this stop's adversarial pass: its "queued" line was left without an outcome."""
         for change in ("rewritten", "removed"):
             with self.subTest(change=change):
-                h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+                h = self.first(start=10, written=-1)
                 t0 = h.now
-                content = {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
-                           "start": datetime.fromtimestamp(t0 + 10, UTC).isoformat()}
-                h.write("p.json", content, mtime=t0 - 1)
                 h.start()
                 h.now = t0 + 10
                 h.step(h.now)  # queued, never run: A dies
                 if change == "rewritten":
-                    h.write("p.json", {**content, "text": "y"}, mtime=t0 + 11)
+                    h.write("p.json", {**json.loads((h.dir / "p.json").read_text()), "text": "y"}, mtime=t0 + 11)
                 else:
                     (h.dir / "p.json").unlink()
-                b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
+                b = self.successor(h, t0 + 13)
                 b.startup((t0 + 12, False))
                 lines = [r for r in read_history(h.w._out.history.path) if r["outcome"] in ("cancelled", "missed")]
                 self.assertEqual([(r["outcome"], r["dueAt"], r["detail"]) for r in lines], [
@@ -4661,60 +4671,49 @@ class JournalAccountTest(unittest.TestCase):
         short, when that start-up dies, it is missed: the next one says so, once."""
         for begun in (False, True):
             with self.subTest(begun=begun):
-                h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+                h = self.first(start=-50)
                 t0 = h.now
-                h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
-                                   "start": datetime.fromtimestamp(t0 - 50, UTC).isoformat()}, mtime=t0 - 60)
                 with self.assertLogs("mom_events", "INFO"):
                     h.startup((t0 - 45, False))  # K1 counts t0 - 40 to t0 - 10; t0 itself runs now ...
                 h.step(h.now)  # ... queued
                 if begun:
-                    h.w._journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic",
-                                        "channelId": "C1", "due": t0,
-                                        "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
-                                        "digest": binascii.crc32((h.dir / "p.json").read_bytes()), "final": False})
-                b = Harness(self, now=t0 + 1, directory=h.dir, history=h.w._out.history.path)
+                    self.begun(h, t0)
+                b = self.successor(h, t0 + 1)
                 with self.assertLogs("mom_events", "INFO"):
                     b.startup((t0 - 45, False))
                 b.run_workers()
                 self.assertEqual((h.fired, b.fired), ([], []))
-                missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
-                self.assertEqual(missed, ["4 occurrences fell due while no harness was running",
-                                          "1 occurrence fell due while no harness was running"])
+                self.assertEqual(self.missed(h), ["4 occurrences fell due while no harness was running",
+                                                  "1 occurrence fell due while no harness was running"])
 
     def test_a_catch_up_queued_and_never_run_is_no_new_miss_after_the_journal_is_compacted(self):
         """Found by this stop's second adversarial pass: compaction kept the catch-up's record but not
         what had been counted, so the next start-up counted it again."""
-        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        h = self.first(start=-55, catch_up=True)
         t0 = h.now
-        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s", "catchUp": True,
-                           "start": datetime.fromtimestamp(t0 - 55, UTC).isoformat()}, mtime=t0 - 60)
         with self.assertLogs("mom_events", "INFO"):
             h.startup((t0 - 40, False))  # counts four, queues the catch-up of t0 - 5, never run
         with mock.patch.object(mom_events, "_JOURNAL_COMPACT", 0):
             h.w._journal.compact()  # after a beat at t0 + 2, and K1 dies
-        b = Harness(self, now=t0 + 3, directory=h.dir, history=h.w._out.history.path)
+        b = self.successor(h, t0 + 3)
         b.startup((t0 + 2, False))
         b.run_workers()
         self.assertEqual([event.due.timestamp() for _, event in b.fired], [t0 - 5])  # the catch-up, run now
-        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
+        missed = self.missed(h)
         self.assertEqual(len(missed), 1, missed)
 
     def test_an_occurrence_queued_and_never_run_is_kept_when_the_journal_is_compacted(self):
-        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        h = self.first(start=10, written=-1)
         t0 = h.now
-        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
-                           "start": datetime.fromtimestamp(t0 + 10, UTC).isoformat()}, mtime=t0 - 1)
         h.start()
         h.now = t0 + 10
         h.step(h.now)  # queued, never run
         with mock.patch.object(mom_events, "_JOURNAL_COMPACT", 0):
             h.w._journal.compact()  # after a beat at t0 + 12, and A dies
-        b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
+        b = self.successor(h, t0 + 13)
         with self.assertLogs("mom_events", "INFO"):
             b.startup((t0 + 12, False))
-        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
-        self.assertEqual(missed, ["1 occurrence fell due while no harness was running"])
+        self.assertEqual(self.missed(h), ["1 occurrence fell due while no harness was running"])
 
     def test_a_notice_taken_back_leaves_nothing_to_do(self):
         records = [{"kind": "harness", "pid": 1, "machine": "", "first": 5},
@@ -4782,28 +4781,22 @@ class JournalAccountTest(unittest.TestCase):
 
     def test_a_periodic_occurrence_cut_short_is_counted_missed_once_across_takeovers(self):
         """issue 30's adversarial pass: F5."""
-        h = Harness(self, history=temp_dir(self, "mom_events_account_") / "h.jsonl")
+        h = self.first(start=10, written=-1)
         t0 = h.now
-        h.write("p.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "10s",
-                           "start": datetime.fromtimestamp(t0 + 10, UTC).isoformat()}, mtime=t0 - 1)
         h.start()
         h.now = t0 + 10
         h.step(h.now)  # queued; its command starts, and A dies
-        h.w._journal.write({"kind": "run", "id": 99, "file": "p.json", "type": "periodic", "channelId": "C1",
-                                  "due": t0 + 10, "sig": list(mom_events._stat_entry(str(h.dir / "p.json")).sig),
-                                  "digest": binascii.crc32((h.dir / "p.json").read_bytes()), "final": False,
-                                  "sid": 2 ** 22 + 1, "start": 1})
-        b = Harness(self, now=t0 + 13, directory=h.dir, history=h.w._out.history.path)
+        self.begun(h, t0 + 10, sid=2 ** 22 + 1, start=1)
+        b = self.successor(h, t0 + 13)
         with self.assertLogs("mom_events", "WARNING") as logs:
             b.startup((t0 + 12, False))
         self.assertIn(f"WARNING:mom_events:p.json: cut short: the harness (process {os.getpid()}) died while it ran; "
                       "it counts as missed", logs.output)  # its session (2**22 + 1, started at 1) is gone
         self.assertNotIn('"rerun"', (h.dir / ".mom_events.journal").read_text())  # it is not run again
         b.advance(20)  # B runs t0 + 20 and t0 + 30, then dies
-        c = Harness(self, now=b.now + 1, directory=h.dir, history=h.w._out.history.path)
+        c = self.successor(h, b.now + 1)
         c.startup((b.now, False))
-        missed = [r["detail"] for r in read_history(h.w._out.history.path) if r["outcome"] == "missed"]
-        self.assertEqual(missed, ["1 occurrence fell due while no harness was running"])
+        self.assertEqual(self.missed(h), ["1 occurrence fell due while no harness was running"])
 
 
 class DirectoryLockTest(unittest.TestCase):
