@@ -1881,9 +1881,9 @@ class _Left:
     sent, periodic files' accounts, the versions (file, mtime) to run again
     whatever the window (``reruns``: those of runs cut short, and those a
     start-up carried over, run since or not: the next start keeps those
-    whose file is unchanged), and the records
-    still open (``open``: a command's run until the harness has recorded its
-    end, for its session may hold processes until then)."""
+    whose file is unchanged), and the records still open (``open``: a
+    command's run until the harness has recorded its end, for its session
+    may hold processes until then)."""
 
     pid: int | None = None
     machine: str = ""
@@ -1903,7 +1903,8 @@ def _fold(data: bytes) -> _Left:
     runs: dict[int, list[dict[str, Any]]] = {}  # a run's records ("run" and "end"), by its id
     notices: dict[int, dict[str, Any]] = {}
     fires: dict[tuple[str, int, float], tuple[bool, int]] = {}  # (file, mtime, due): queued, and at which line
-    counted: dict[tuple[str, int], tuple[float, int]] = {}  # (file, mtime): until when, and at which line last
+    until: dict[tuple[str, int], float] = {}  # (file, mtime): its missed occurrences are counted until when
+    counted_at: dict[tuple[str, int], int] = {}  # ... and at which line that was said last
     for number, line in enumerate(data.splitlines()):
         try:
             record = json.loads(line)
@@ -1922,7 +1923,7 @@ def _fold(data: bytes) -> _Left:
                 left.reruns[record["file"], record["sig"][3]] = record
             elif kind == "counted":  # what was queued and lost so far is in the history now
                 version = (record["file"], record["mtime"])
-                counted[version] = (max(counted.get(version, (-math.inf, 0))[0], record["until"]), number)
+                until[version], counted_at[version] = max(until.get(version, -math.inf), record["until"]), number
         except (ValueError, KeyError, TypeError, IndexError, AttributeError):
             continue
     for mine in runs.values():
@@ -1947,20 +1948,19 @@ def _fold(data: bytes) -> _Left:
     left.notices = list(notices.values())
     done = {(run["file"], run["sig"][3], run["due"]) for run in left.ended if run.get("type") == "periodic"}
     lost = {key for key, (queued, number) in fires.items()  # queued, never ended, not counted since: missed
-            if queued and number > counted.get(key[:2], (0.0, -1))[1]} - done
+            if queued and number > counted_at.get(key[:2], -1)} - done
     for run in left.cut:  # a catch-up cut short was counted already: it is not missed again, nor run again
-        key = (run["file"], run["sig"][3], run["due"]) if run["type"] == "periodic" and run.get("sig") else None
-        if key is not None and key[2] < counted.get(key[:2], (-math.inf, 0))[0]:
-            lost.discard(key)
-    dues: dict[tuple[str, int], tuple[set[float], set[float]]] = {version: (set(), set()) for version in counted}
+        if run["type"] == "periodic" and run.get("sig") and run["due"] < until.get((run["file"], run["sig"][3]),
+                                                                                   -math.inf):
+            lost.discard((run["file"], run["sig"][3], run["due"]))
+    dues: dict[tuple[str, int], tuple[set[float], set[float]]] = {version: (set(), set()) for version in until}
     for key in [*done, *fires]:  # a version's (fired, lost) occurrences; one only counted has none
         fired, missed = dues.setdefault(key[:2], (set(), set()))
         (missed if key in lost else fired).add(key[2])
     for version, (fired, missed) in dues.items():
-        left.accounts[version] = _Account(frozenset(fired), frozenset(missed),
-                                          counted.get(version, (-math.inf, 0))[0])
-    left.open += [{"kind": "counted", "file": file, "mtime": mtime, "until": counted[file, mtime][0]}  # first:
-                  for file, mtime in {key[:2] for key in lost} & counted.keys()]  # a catch-up is no new miss
+        left.accounts[version] = _Account(frozenset(fired), frozenset(missed), until.get(version, -math.inf))
+    left.open += [{"kind": "counted", "file": file, "mtime": mtime, "until": until[file, mtime]}  # first:
+                  for file, mtime in {key[:2] for key in lost} & until.keys()]  # a catch-up is no new miss
     left.open += [{"kind": "fire", "file": file, "mtime": mtime, "due": due, "queued": True}
                   for file, mtime, due in lost]
     left.open += left.notices

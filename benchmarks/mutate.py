@@ -687,24 +687,10 @@ EQUIVALENT = {
         "the pace of the poll for the session's end only",
     "scanner:_stop_session:compare:time.monotonic() < deadline => Lt->LtE":
         "differs only when the monotonic clock reads exactly the deadline",
-    "scanner:_fold:compare:number > counted.get(key[:2], (0.0, -1))[1] => Gt->GtE":
-        "a fire's line is never the line of a counted record, and the default -1 is below every line",
-    "scanner:_fold:number:(0.0, -1) => 0.0->1.0":
-        "the default's first element is not read there: only the line is",
-    "scanner:_fold:number:(-math.inf, 0) => 0->1":
-        "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
-    "scanner:_fold:number:(-math.inf, 0) => 0->-1":
-        "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
-    "scanner:_fold:number:(-math.inf, 0) => 0->1#2":
-        "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
-    "scanner:_fold:number:(-math.inf, 0) => 0->1#3":
-        "the default's second element is never read: only its first (no counted record: nothing counted)",
-    "scanner:_fold:number:(-math.inf, 0) => 0->-1#3":
-        "the default's second element is never read: only its first (no counted record: nothing counted)",
     "scanner:_fold:number:-1 => 1->2":
         "-2 is below every line, as -1 is",
-    "scanner:_fold:number:(-math.inf, 0) => 0->-1#2":
-        "the key's first element only is read: the second is the line of the last 'counted' record, not read there",
+    "scanner:_fold:compare:number > counted_at.get(key[:2], -1) => Gt->GtE":
+        "a fire's line is never the line of a counted record, and the default -1 is below every line",
     "scanner:_Journal.__init__:number:self._size = 0 => 0->1":
         "begin() sets the size before any write, and a write before it finds no descriptor",
     "scanner:_Journal.__init__:number:self._size = 0 => 0->-1":
