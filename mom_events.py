@@ -27,7 +27,6 @@ if sys.platform == "win32":  # fcntl, /bin/sh, sessions
 import argparse
 import calendar
 import contextlib
-import errno
 import fcntl
 import hashlib
 import heapq
@@ -127,8 +126,7 @@ _T = TypeVar("_T")
 def parse_event(data: str | bytes, filename: str) -> Event:
     """Parse and check one event file's content; anything wrong raises EventError naming the file."""
     if len(filename) > 255 or "/" in filename or filename.startswith(".") or not filename.endswith(".json"):
-        raise EventError(_excerpt(filename), 'not an event file name (NAME.json, no leading ".", no "/", at most 255 '
-                                             "characters)")
+        raise EventError(_excerpt(filename), 'not an event file name (NAME.json, no "/" or leading ".", 255 at most)')
     return _parse(data, filename)[0]
 
 
@@ -203,6 +201,8 @@ def _event(obj: dict[str, object], filename: str) -> Event:
 
 def _one_edit(a: str, b: str) -> bool:
     """Is ``a`` one letter changed, dropped or added, or two adjacent ones swapped, away from ``b``?"""
+    if abs(len(a) - len(b)) > 1:
+        return False
     i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     swapped = a[i:i + 2] == b[i:i + 2][::-1] and a[i + 2:] == b[i + 2:]
     return a != b and (a[i + 1:] in (b[i + 1:], b[i:]) or a[i:] == b[i + 1:] or swapped)
@@ -650,9 +650,7 @@ def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
     return datetime.fromtimestamp(run, cron.zone)
 
 
-# ---------------------------------------------------------------------------
-# Timing and the judge: when a file's occurrences fall, and what becomes of a file now
-# ---------------------------------------------------------------------------
+# --- Timing and the judge: when a file's occurrences fall, and what becomes of a file now ---
 
 # A harness's last sign of life is the lock file's mtime, refreshed every _BEAT seconds; what fell due up to
 # _TAKEOVER seconds after it runs late at the next start (the dead harness may have lived a beat longer, and
@@ -838,9 +836,7 @@ def _iso(t: float, zone: tzinfo | None) -> str:
     return datetime.fromtimestamp(t, zone).isoformat(timespec="seconds")
 
 
-# ---------------------------------------------------------------------------
-# Directory scanning: a scan is a value, and so is the difference of two
-# ---------------------------------------------------------------------------
+# --- Directory scanning: each poll's stats, compared with what was seen before ---
 
 # git's "racy timestamp" rule: a file (or the directory) looked at less than one timestamp tick after it was
 # changed may change again within that tick without its stat changing, so it is looked at again until that
@@ -970,9 +966,7 @@ class _Scanner:
         self.racy.clear()
 
 
-# ---------------------------------------------------------------------------
-# The schedule: a heap of due times, as sched.py keeps it
-# ---------------------------------------------------------------------------
+# --- The schedule: a heap of due times, as sched.py keeps it ---
 
 
 class _Schedule:
@@ -1014,9 +1008,7 @@ class _Schedule:
         return due_now
 
 
-# ---------------------------------------------------------------------------
-# The channel queues: one run at a time per channel, at most max_queued waiting
-# ---------------------------------------------------------------------------
+# --- The channel queues: one run at a time per channel, at most max_queued waiting ---
 
 
 @dataclass(eq=False)
@@ -1113,9 +1105,7 @@ class _Channels:
                 log.exception("channel %s: a run failed", channel)
 
 
-# ---------------------------------------------------------------------------
-# The history: one JSON line per outcome, for the agent and its operator
-# ---------------------------------------------------------------------------
+# --- The history: one JSON line per outcome, for the agent and its operator ---
 
 _HISTORY_TAIL = 8 << 20  # what --check reads back of it
 
@@ -1175,9 +1165,7 @@ def _last_outcomes(path: str) -> dict[str, dict[str, object]]:
     return last
 
 
-# ---------------------------------------------------------------------------
-# The files and their runs: what each file becomes, and the markers that outlive a crash
-# ---------------------------------------------------------------------------
+# --- The files and their runs: what each file becomes, and the markers that outlive a crash ---
 
 # A run in progress, or a notice not yet told, has a marker: a small private file in the events directory
 # holding the notice to tell if the run never finishes (``interrupted``) or the notice itself.  The next
@@ -1267,21 +1255,24 @@ def _markers(directory: str) -> list[tuple[str, Event, _Signature | None, float]
     return found
 
 
-def _mark(directory: str, run_id: str, notice: Event, sig: _Signature | None, due: float | None) -> None:
+def _mark(directory: str, run_id: str, notice: Event, sig: _Signature | None = None, due: float | None = None) -> None:
+    """Write a marker: the notice to tell if this harness never gets to remove it."""
     data = {"notice": {"filename": notice.filename, "type": notice.type, "channel_id": notice.channel_id,
                        "text": notice.text}, "file": sig, "due": due}
-    fd = os.open(os.path.join(directory, _MARKER + run_id), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, json.dumps(data).encode("utf-8", "backslashreplace"))
-    finally:
-        os.close(fd)
+        with open(os.path.join(directory, _MARKER + run_id), "x", encoding="utf-8", opener=_private) as marker:
+            json.dump(data, marker)
+    except OSError as exc:  # the run goes on: only what a crash would leave of it is lost
+        log.error("%s: its marker cannot be written: %s", notice.filename, exc.strerror or exc)
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
 
 
 def _unmark(directory: str, run_id: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(directory, _MARKER + run_id))
-    except FileNotFoundError:
-        pass
 
 
 def _interrupted(event: Event) -> Event:
@@ -1300,7 +1291,6 @@ class _File:
     event: Event | None = None
     timing: _Timing | None = None
     tries: int = 0  # reads that failed in a row while it may be mid-write
-    last_due: float = -math.inf  # its latest occurrence fired: a clock stepped back never fires it again
 
 
 @dataclass
@@ -1405,20 +1395,12 @@ class _Files:
         elif verdict.outcome == "invalid":
             self._reject(file, verdict.reason, event)
         else:  # stale, missed, ended: the file goes unrun, and the agent hears of a missed one-shot
-            notice = Event(file.name, "missed", event.channel_id, verdict.reason, event.at, timezone=event.timezone)
-            run_id = uuid.uuid4().hex
-            if verdict.outcome == "missed" and self.s.notify:
-                self._mark(run_id, notice)
-            _take(self.s.directory, file.name, file.sig)
-            log.warning("%s: %s: %s", file.name, verdict.outcome, verdict.reason)
-            self.s.history.record(verdict.outcome, event, verdict.due, verdict.reason)
-            if verdict.outcome == "missed" and self.s.notify:
-                self.tell(notice, run_id)
+            self._drop(file, verdict.outcome, verdict.reason, event, verdict.due,
+                       notice="missed" if verdict.outcome == "missed" else None)
 
     def _fire(self, file: _File, due: float, now: float) -> None:
         """An occurrence is due: the next one is scheduled, this one queued."""
         assert file.timing is not None
-        file.last_due = due
         following = file.timing.next_after(max(due, now))  # after a forward clock step, what is due fires once
         if following is not None:
             self.s.schedule.push(following, file.name)
@@ -1450,7 +1432,7 @@ class _Files:
         if due is not None and (late := self.s.clock() - due) >= 1:
             event = replace(event, late=late)
         if not marked:
-            self._mark(run_id, _interrupted(event), sig, due)
+            _mark(self.s.directory, run_id, _interrupted(event), sig, due)
         self.s.history.record("started", event, due)
         outcome, detail = "done", None
         _here.run = run_id
@@ -1489,32 +1471,34 @@ class _Files:
         self.s.channels.put(_Job(notice.channel_id, run, notice, notice=True),
                             lambda: self.s.history.record("queued", notice))
 
-    def _mark(self, run_id: str, notice: Event, sig: _Signature | None = None, due: float | None = None) -> None:
-        try:
-            _mark(self.s.directory, run_id, notice, sig, due)
-        except OSError as exc:
-            log.error("%s: its marker cannot be written: %s", notice.filename, exc.strerror or exc)
-
     def _reject(self, file: _File, reason: str, event: Event) -> None:
-        """Rename a bad file to NAME.json.rejected and tell the agent on its channel, if it has one."""
-        name, run_id = file.name, uuid.uuid4().hex
-        notice = Event(name, "rejected", event.channel_id, f"{reason}. The file is now {name}.rejected: fix it and "
-                                                           f"move it back to {name}.")
-        tell = self.s.notify and bool(event.channel_id)
+        """Rename a bad file to NAME.json.rejected and tell the agent why on its channel, if it has one."""
+        self._drop(file, "invalid", reason, event, notice="rejected", rename_to=file.name + ".rejected",
+                   told=f"{reason}. The file is now {file.name}.rejected: fix it and move it back to {file.name}.")
+
+    def _drop(self, file: _File, outcome: str, reason: str, event: Event, due: float | None = None,
+              notice: str | None = None, rename_to: str | None = None, told: str | None = None) -> None:
+        """The file goes unrun: deleted (or renamed), logged, recorded, and the agent told in a ``notice``, whose
+        marker is written first, so that it is told even if this harness dies before it could."""
+        run_id, tell = uuid.uuid4().hex, notice is not None and self.s.notify and bool(event.channel_id)
+        said = Event(file.name, notice or "", event.channel_id, told or reason)
         if tell:
-            self._mark(run_id, notice)
+            _mark(self.s.directory, run_id, said)
         try:
-            taken = _take(self.s.directory, name, file.sig, name + ".rejected")
+            taken = _take(self.s.directory, file.name, file.sig, rename_to)
         except OSError as exc:
-            log.error("%s: %s; it cannot be renamed (%s): it will not run", name, reason, exc.strerror or exc)
+            log.error("%s: %s; it cannot be removed (%s): it will not run", file.name, reason, exc.strerror or exc)
             taken = False
-        else:
-            log.error("%s: %s; renamed to %s.rejected", name, reason, name)
-        self.s.history.record("invalid", event, detail=reason)
-        if tell and taken:
-            self.tell(notice, run_id)
-        elif tell:
+        if not taken:  # written anew meanwhile (judged anew), or stuck
             _unmark(self.s.directory, run_id)
+            return
+        if rename_to:
+            log.error("%s: %s; renamed to %s", file.name, reason, rename_to)
+        else:
+            log.warning("%s: %s (%s)", file.name, reason, outcome)
+        self.s.history.record(outcome, event, due, reason)
+        if tell:
+            self.tell(said, run_id)
 
     def _cancel(self, file: _File) -> None:
         """The file was removed or changed: what was scheduled for it goes, and what of it waits in a queue."""
@@ -1557,9 +1541,7 @@ def _loose(name: str, data: bytes) -> Event:
     return Event(name, kind if isinstance(kind, str) and kind in TYPES else "unknown", channel, "")
 
 
-# ---------------------------------------------------------------------------
-# The watcher: the scanner, the schedule, the channels and the files, joined
-# ---------------------------------------------------------------------------
+# --- The watcher: the scanner, the schedule, the channels and the files, joined ---
 
 _LOCK = ".mom_events.lock"  # flock'ed by the harness that holds the directory; its mtime: the last sign of life
 _JOURNAL = ".mom_events.journal"  # the run journal of version 0.1, replaced by the markers: removed at start
@@ -1627,7 +1609,11 @@ class EventsWatcher:
             log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
                         self.directory, self.directory)
         if self._lock():
-            self._startup()
+            try:
+                self._startup()
+            except BaseException:  # the lock is let go: a start-up that failed holds nothing
+                self._unlock()
+                raise
         elif not (self.standby and thread):
             raise EventError(None, self._holder())
         else:
@@ -1671,9 +1657,8 @@ class EventsWatcher:
         running = self._channels.wait(timeout)
         if running:
             self._files.cut = True
-        elif self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        else:
+            self._unlock()
         return running
 
     def __enter__(self) -> EventsWatcher:
@@ -1701,6 +1686,11 @@ class EventsWatcher:
             return False
         self._lock_fd = fd
         return True
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _holder(self) -> str:
         try:
@@ -1793,7 +1783,7 @@ def _log_error(event: Event, exc: BaseException) -> None:
     log.error("%s: the handler failed: %s", event.filename, exc, exc_info=exc)
 
 
-# -- The CLI: the agent's manual, the printer, --exec, --check and its agenda, main -----------------------------
+# --- The CLI: the agent's manual, the printer, --exec, --check and its agenda, main ---
 
 _MANUAL = """\
 ## Scheduled events
@@ -1802,8 +1792,7 @@ sends you its `text` as a message in its channel.{which}
 
 ### Time
 Your user's timezone is {tz_text}: times they give without a zone are there, and so are "today" and "tomorrow".
-This host's clock may be in another zone: before you compute a date, get the time there with its offset:
-`{now}`.
+This host's clock may be in another zone: before you compute a date, get the time there with its offset: `{now}`.
 
 ### The three types
 **immediate** runs as soon as the harness sees the file:
@@ -1876,11 +1865,10 @@ Write `text` as an instruction to your future self. Notices come on the file's c
 - `[EVENT:NAME.json:interrupted] ...`: the harness stopped during that run (its message follows); its outcome
   is unknown, so check what it did before you repeat it.
 
-A periodic event skips the runs it missed while no harness ran, unless its file has `catchUp`: `true` runs the
-latest missed run once, late, however long ago; a span such as `"12h"`, only if it is no later than that.
-Each channel runs one event at a time; a few more wait (5 by default) and the rest are discarded (notices never
-are). A program that reports many things should append them to a file and write an event only when none is
-pending.
+A periodic event skips the runs it missed while no harness ran, unless its file has `catchUp`: `true` runs the latest
+missed run once, late, however long ago; a span such as `"12h"`, only if it is no later than that. Each channel runs
+one event at a time; a few more wait (5 by default) and the rest are discarded (notices never are). A program that
+reports many things should append them to a file and write an event only when none is pending.
 """
 
 _HISTORY = """
@@ -1894,34 +1882,19 @@ grep -F '"filename": "dentist.json"' {qhistory} | tail -n 5
 
 
 def _host_timezone() -> str | None:
-    """The host's IANA zone, the user's when none is given: TZ's (a name, or a path into a zoneinfo tree),
-    else /etc/localtime's link; None when they name none (a POSIX TZ rule, say)."""
+    """The host's IANA zone (TZ's, or /etc/localtime's link), the user's by default; None when they name none."""
     name = os.environ.get("TZ", "").removeprefix(":") or os.path.realpath("/etc/localtime")
-    name = name.partition("/zoneinfo/")[2] if "/zoneinfo/" in name else name
-    try:
-        _zone(name)
-    except (ValueError, OSError):
-        return None
-    return name
-
-
-def _channel_fault(channel: str) -> str | None:
-    """Why no event file could name ``channel``, in the parser's words; None when one could."""
-    try:
-        parse_event(json.dumps({"type": "immediate", "channelId": channel, "text": "x"}), "x.json")
-    except EventError as exc:
-        return exc.reason
+    name = name.partition("/zoneinfo/")[2] or name
+    with contextlib.suppress(ValueError):
+        return _zone(name).key
     return None
 
 
 def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = None, channel_id: str | None = None,
                   history: str | os.PathLike[str] | None = None) -> str:
-    """The agent's manual: a Markdown section for its system prompt that teaches it to schedule, check and
-    cancel its own events in ``events_dir``, in the user's ``timezone`` (default: the host's).  ValueError for
-    an unknown zone or a ``channel_id`` no file could name; ``history``: the harness's history file, if any."""
+    """The agent's manual, a Markdown section for its system prompt, for ``events_dir`` in the user's ``timezone``
+    (default: the host's).  ValueError for an unknown zone or a ``channel_id`` no event file could name."""
     directory = os.fspath(events_dir).rstrip("/") or "/"
-    if channel_id is not None and (fault := _channel_fault(channel_id)) is not None:
-        raise ValueError(f"channel ID {channel_id!r}: {fault}")
     name = timezone or _host_timezone()
     zone, tz = _zone(name or "UTC"), name or "UTC"
     tomorrow = datetime.now(zone).date() + timedelta(days=1)
@@ -1931,8 +1904,12 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
     cli = f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))}" if sys.executable else "mom-events"
 
     def example(kind: str, text: str, **fields: object) -> str:
-        return json.dumps({"type": kind, "channelId": channel_id or "CHANNEL_ID", "text": text, **fields},
-                          ensure_ascii=False)
+        return json.dumps({"type": kind, "channelId": "CHANNEL_ID" if channel_id is None else channel_id,
+                           "text": text, **fields}, ensure_ascii=False)
+    try:
+        parse_event(example("immediate", "x"), "x.json")  # a channel no event could name is an error
+    except EventError as exc:
+        raise ValueError(f"channel ID {channel_id!r}: {exc.reason}") from None
     text = _MANUAL.format(
         dir=directory, qdir=shlex.quote(directory), tz=tz, at=at,
         check=cli + (f" --timezone {shlex.quote(name)}" if name else ""),
@@ -1952,22 +1929,87 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
 
 
 def _one_line(text: str) -> str:
-    r"""``text`` as one line an operator can trust: each non-printing character (newline, ESC, NUL, U+2028, a
-    lone surrogate from an undecodable name) as ``repr`` shows it (``\n``, ``\x1b``); letters of any script
-    and backslashes stay.  A file's text, channel or name can then never print a line of its own."""
+    """Each non-printing character (newline, ESC, U+2028, a lone surrogate) as repr shows it: no line of its own."""
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 class _OneLineFormatter(logging.Formatter):
-    """The CLI's log lines: one per record, escaped as the printer escapes (a traceback too)."""
+    """The CLI's log lines: one per record (a traceback too), escaped as the printer escapes."""
 
     def format(self, record: logging.LogRecord) -> str:
         return _one_line(super().format(record))
 
 
-def _printer(as_json: bool) -> Callable[[Event], None]:
-    """The CLI's handler: one flushed line per event on stdout, escaped (JSON escapes by itself)."""
+class _CommandFailed(Exception):
+    """The --exec command failed: one error line, no traceback; the file goes as for a failing handler."""
+
+
+def _environment(event: Event, run_id: str) -> dict[bytes, bytes]:
+    """The event in MOM_EVENT_* (NUL as ``\\0``; cut to 64 KiB at a character: stdin has it whole); MOM_EVENT_RUN."""
+    when = event.at or event.schedule or (f"every {event.every}" if event.every else event.type)
+    fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
+              "MESSAGE": event.message, "SCHEDULE": when, "DUE": event.due.isoformat() if event.due else ""}
+    env = {**os.environb, b"MOM_EVENT_RUN": run_id.encode()}
+    limit = 1 << 16  # bytes a value; Linux takes 128 KiB a variable, 2 MiB in all
+    for key, value in fields.items():  # a lone surrogate (JSON allows "\ud800") spelt out, as UTF-8 cannot hold it
+        data = value.encode("utf-8", "backslashreplace").replace(b"\0", b"\\0")
+        if len(data) > limit:
+            marker = f" [cut: {len(data)} bytes in all; the whole message is on stdin]".encode()
+            data = data[:limit - len(marker)].decode(errors="ignore").encode() + marker
+        env[f"MOM_EVENT_{key}".encode()] = data
+    return env
+
+
+class _Commands:
+    """--exec: ``/bin/sh -c CMD`` per event in a session of its own, the event on stdin and in MOM_EVENT_*, never on
+    its command line; its output on stderr.  _stop_run ends all a run's processes, whatever session they move to."""
+
+    def __init__(self, command: str | None, timeout: float | None) -> None:
+        self.command = command
+        self.timeout = timeout
+        self.lock = threading.Lock()  # held while a command starts, so that stop_all sees every run
+        self.running: set[str] = set()
+        self.stopping = False
+
+    def __call__(self, event: Event) -> None:
+        run_id = _run_id() or os.urandom(8).hex()  # a handler called outside a watcher's run has no id
+        with self.lock:
+            if self.stopping:
+                raise _CommandFailed("command not started: the harness is stopping")
+            try:
+                proc = subprocess.Popen(["/bin/sh", "-c", self.command or ""], stdin=subprocess.PIPE, stdout=2,
+                                        env=_environment(event, run_id), start_new_session=True)
+            except OSError as exc:
+                raise _CommandFailed(f"command failed: cannot start it: {exc.strerror or exc}") from None
+            self.running.add(run_id)
+        failure = None
+        try:
+            proc.communicate((event.message + "\n").encode("utf-8", "backslashreplace"), timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            failure = f"timed out after {self.timeout:g} s"
+        finally:
+            _stop_run(run_id)
+            status = proc.wait()
+            self.running.discard(run_id)
+        if status and not failure:
+            names = {int(signo): signo.name for signo in signal.Signals}
+            failure = (f"exit status {status}" if status > 0 else "stopped at shutdown" if self.stopping
+                       else f"killed by {names.get(-status, f'signal {-status}')}")
+        if failure:
+            raise _CommandFailed(f"command failed: {failure}")
+
+    def stop_all(self, kill: bool = False) -> None:
+        """Start no run and stop all that run: the grace ran out, or (``kill``: SIGKILL at once) a second signal."""
+        self.stopping = True
+        with self.lock:
+            run_ids = list(self.running)
+        _stop_run(*run_ids, wait=0 if kill else 1.0)
+
+
+def _printer(as_json: bool, commands: _Commands) -> Callable[[Event], None]:
+    """The CLI's handler: one flushed line per event on stdout, escaped (JSON escapes by itself), then --exec's."""
     lock = threading.Lock()
+
     def handler(event: Event) -> None:
         fired = datetime.now().astimezone().isoformat(timespec="milliseconds")
         if as_json:
@@ -1979,260 +2021,119 @@ def _printer(as_json: bool) -> Callable[[Event], None]:
             tagged = replace(event, filename=event.filename.replace("]", r"\x5d"))
             line = f"{fired} {_one_line(event.channel_id)} {_one_line(tagged.message)}"
         with lock:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+            print(line, flush=True)
+        if commands.command is not None:
+            commands(event)
     return handler
 
 
-_ENV_LIMIT = 1 << 16  # bytes in a MOM_EVENT_* value; Linux takes 128 KiB a variable, 2 MiB in all
-
-
-class _CommandFailed(Exception):
-    """The --exec command failed: one error line, no traceback; the file goes as for a failing handler."""
-
-
-def _command_bytes(text: str) -> bytes:
-    """``text`` as a command gets it: UTF-8, a name's undecodable bytes as they were (surrogateescape), and
-    any other lone surrogate (JSON allows ``"\\ud800"``, UTF-8 does not) spelt out as ``\\ud800``."""
-    return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c < "\udc80" or "\udd00" <= c <= "\udfff" else c
-                   for c in text).encode("utf-8", "surrogateescape")
-
-
-def _environment(event: Event, run_id: str) -> dict[bytes, bytes]:
-    """The event in MOM_EVENT_*, each value one execve takes (NUL as ``\\0``; at most _ENV_LIMIT bytes, cut at a
-    character with a marker: stdin has it whole), and MOM_EVENT_RUN, by which _stop_run finds the run."""
-    when = event.at or event.schedule or (f"every {event.every}" if event.every else event.type)
-    fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
-              "MESSAGE": event.message, "SCHEDULE": when, "DUE": event.due.isoformat() if event.due else ""}
-    env = {**os.environb, b"MOM_EVENT_RUN": run_id.encode()}
-    for key, value in fields.items():
-        data = _command_bytes(value).replace(b"\0", b"\\0")
-        marker = f" [cut: {len(data)} bytes in all; the whole message is on stdin]".encode()
-        cut = _ENV_LIMIT - len(marker)
-        for _ in range(3):  # back to the first byte of a UTF-8 character
-            cut -= len(data) > _ENV_LIMIT and data[cut] & 0xC0 == 0x80
-        env[f"MOM_EVENT_{key}".encode()] = data if len(data) <= _ENV_LIMIT else data[:cut] + marker
-    return env
-
-
-class _Commands:
-    """--exec: ``/bin/sh -c CMD`` per event in a session of its own, the message on stdin and the event in
-    MOM_EVENT_* (never on its command line); its output goes to the harness's stderr, so stdout stays the
-    stream of events.  The run is every process that carries its MOM_EVENT_RUN, whatever session it moves to:
-    the watcher's _stop_run stops them when the shell exits (what it left), times out, or the grace runs out."""
-
-    def __init__(self, command: str, timeout: float | None) -> None:
-        self.command = command
-        self.timeout = timeout
-        self.lock = threading.Lock()
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
-        self.stopping = False
-
-    def __call__(self, event: Event) -> None:
-        run_id = _run_id() or os.urandom(8).hex()  # a handler called outside a watcher's run has no id
-        with self.lock:
-            if self.stopping:
-                raise _CommandFailed("command not started: the harness is stopping")
-            try:
-                proc = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=subprocess.PIPE, stdout=2,
-                                        env=_environment(event, run_id), start_new_session=True)
-            except OSError as exc:
-                raise _CommandFailed(f"command failed: cannot start it: {exc.strerror or exc}") from None
-            self.running[run_id] = proc
-        failure = None
-        try:
-            proc.communicate(_command_bytes(event.message + "\n"), timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            failure = f"timed out after {self.timeout:g} s"
-        finally:
-            _stop_run(run_id)
-            status = proc.wait()
-            with self.lock:
-                del self.running[run_id]
-        if status and self.stopping and not failure:
-            raise _CommandFailed("command stopped at shutdown")
-        if status < 0 and not failure:
-            failure = f"killed by signal {-status}"
-            with contextlib.suppress(ValueError):
-                failure = f"killed by {signal.Signals(-status).name}"
-        if status and not failure:
-            failure = f"exit status {status}"
-        if failure:
-            raise _CommandFailed(f"command failed: {failure}")
-
-    def stop_all(self, kill: bool = False) -> None:
-        """Stop every run now and start no new one: the grace ran out, or (``kill``: SIGKILL at once) a second
-        signal.  In a signal handler: the lock is waited for only briefly (a command being started holds it)."""
-        self.stopping = True
-        locked = self.lock.acquire(timeout=1.0)
-        run_ids = list(self.running)
-        if locked:
-            self.lock.release()
-        _stop_run(*run_ids, wait=0 if kill else 1.0)
-
-
-def _report(event: Event, exc: BaseException) -> None:
-    """The CLI's on_error: a failed command is one line, anything else its traceback."""
-    if isinstance(exc, _CommandFailed):
-        log.error("%s: %s", event.filename, exc)
-    else:
-        log.error("%s: the handler failed", event.filename, exc_info=exc)
-
 _AGENDA_MOST = 10_000  # runs an agenda shows: a span of a file every second is 604,800 a week
-_KINDS = {stat.S_IFDIR: "directory", stat.S_IFIFO: "FIFO", stat.S_IFSOCK: "socket", stat.S_IFCHR: "character device",
-          stat.S_IFBLK: "block device"}
 _Agenda = list[tuple[Iterator[float], str]]  # each file's runs, and what it is
 
 
-def _unfit(path: str, exc: OSError) -> str:
-    """Why a path cannot be read: a broken link said as one, where "No such file" would mislead."""
-    if os.path.islink(path) and not os.path.exists(path):
-        return f"it is a {'symlink loop' if exc.errno == errno.ELOOP else 'dangling symlink'}"
-    return str(exc.strerror or exc)
-
-
-def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda | None = None) -> tuple[bool, str]:
-    """A file judged as a running harness that sees it now would: whether it will run, and a line saying when
-    (in the user's ``zone``, with daylight saving's notes) or, in the harness's words, why not.  A draft of any
-    name is parsed as an event.  A file that will run at a time adds its runs to ``agenda``."""
+def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda) -> tuple[bool, str]:
+    """Whether a file will run, judged as a harness seeing it now would, and when (its runs into agenda) or why not."""
     try:
         info = os.stat(path)
-        if (kind := _KINDS.get(stat.S_IFMT(info.st_mode))) is not None:
-            return False, f"{name}: ignored: it is a {kind}, not a regular file"
-        with open(path, "rb") as file:
+        if not stat.S_ISREG(info.st_mode):
+            return False, "ignored: not a regular file"
+        with open(path, "rb") as file:  # a draft of any name is parsed as an event
             event, unknown = _parse(file.read(MAX_FILE_BYTES + 1), name if name.endswith(".json") else "draft.json")
     except EventError as exc:
-        return False, f"{name}: {exc.reason}"
+        return False, exc.reason
     except OSError as exc:
-        return False, f"{name}: cannot be read: {_unfit(path, exc)}"
+        return False, f"cannot be read: {exc.strerror or exc}"
     timing = _timing(event, info.st_mtime, zone)
     verdict = _judge(event, info.st_mtime, now, timing)
     what = f"{event.type} on channel {event.channel_id}"
-    quoted = ", ".join(json.dumps(key, ensure_ascii=False) for key in unknown)
-    notes = [f"unknown fields are ignored: {quoted}"] if unknown else []
+    notes = [f"unknown fields are ignored: {', '.join(map(json.dumps, unknown))}"] if unknown else []
     if verdict.outcome not in ("run", "schedule"):
-        return False, "; ".join([f"{name}: {what}: {verdict.reason}", "it will not run", *notes])
+        return False, "; ".join([f"{what}: {verdict.reason}", "it will not run", *notes])
     if timing is None:
-        return True, "; ".join([f"{name}: ok: {what}, runs on arrival", *notes])
+        return True, "; ".join([f"ok: {what}, runs on arrival", *notes])
     late = verdict.outcome == "run"
     first = verdict.next_due if late else verdict.due
-    said = f"{what}, runs at once, late by {_duration(now - (verdict.due or now))}" if late else what
+    said = [what, f"runs at once, late by {_duration(now - (verdict.due or now))}"] if late else [what]
     if event.at is not None and first is not None:
-        said = f"{what}, at {_shown(first, now, zone, event, timing)}"
-    elif event.at is None:
-        said += ", " + _periodic_line(event, timing, first, now, zone)
-    if agenda is not None:
-        text = event.text if len(event.text) <= 60 else event.text[:59] + "…"
-        agenda.append((itertools.chain([now] if late else [], _runs(timing, first)), f"{name}, {what}: {text}"))
-    return True, "; ".join([f"{name}: ok: {said}", *notes, *timing.notes(now)])
+        said.append(f"at {_shown(first, now, zone, timing.zone)}")
+    elif event.at is None:  # a periodic event: its schedule, its flags in words, its next three runs
+        said.append(f"every {event.every}" if event.every else f"{event.schedule} in {event.timezone}")
+        for word, key, when in (("from", "start", timing.start), ("until", "until", timing.until)):
+            if math.isfinite(when):
+                said.append(f"{word} {_shown(when, None, zone, timing.zone, key)}")
+        if (reach := _catch_up(event)) is not None:
+            within = "" if math.isinf(reach) else f" at most {_duration(reach)} late"
+            said.append(f"catches up one missed run{within} (catchUp)")
+        runs = enumerate(itertools.islice(_runs(timing, first), 3))
+        said[-1] += f"; next {', '.join(_shown(when, None if k else now, zone, timing.zone) for k, when in runs)}"
+    agenda.append((itertools.chain([now] if late else [], _runs(timing, first)),
+                   f"{name}, {what}: {_excerpt(event.text, 59)}"))
+    return True, "; ".join([f"ok: {', '.join(said)}", *notes, *timing.notes(now)])
 
 
 def _runs(timing: _Timing, due: float | None) -> Iterator[float]:
-    while due is not None:
+    while due is not None and due <= _LAST_RUN:  # every zone can show it
         yield due
         due = timing.next_after(due)
 
 
-def _periodic_line(event: Event, timing: _Timing, first: float | None, now: float, zone: tzinfo) -> str:
-    """A periodic event as --check says it: its schedule as written, its flags in words, its next three runs
-    (the last one left says so) and, with an ``until``, its last run."""
-    said = [f"every {event.every}" if event.every else f"{event.schedule} in {event.timezone}"]
-    for word, key, text in (("from", "start", event.start), ("until", "until", event.until)):
-        if text:  # as written too, where its offset is not the user's
-            when = datetime.fromisoformat(text)
-            written = "" if when.astimezone(zone).utcoffset() == when.utcoffset() else f", as written: {text}"
-            said.append(f"{word} {_shown(when.timestamp(), None, zone)} ({key}{written})")
-    if (reach := _catch_up(event)) is not None:
-        within = "" if math.isinf(reach) else f" at most {_duration(reach)} late"
-        said.append(f"catches up one missed run{within} (catchUp)")
-    runs = list(itertools.islice(_runs(timing, first), 4))  # a fourth: whether the third is the last
-    times = [_shown(when, None if k else now, zone, event, timing, "the last" if k == len(runs) - 1 else None)
-             for k, when in enumerate(runs[:3])]
-    last = ""
-    if len(runs) > 3 and event.until:  # look back from until, a step twice as long each time, then walk on
-        back, until = 1.0, _instant(event.until)
-        while (due := timing.next_after(max(until - back, runs[2]))) is None:
-            back *= 2
-        while (later := timing.next_after(due)) is not None:
-            due = later
-        last = f"; last run {_shown(due, None, zone, event, timing)}"
-    return f"{', '.join(said)}; next {', '.join(times) or 'none left'}{last}"
-
-
-def _shown(when: float, now: float | None, zone: tzinfo, event: Event | None = None, timing: _Timing | None = None,
-           *remarks: str | None) -> str:
-    """An instant in the user's ``zone``, to the second (past the year 9999 there: in UTC), with the event's
-    own clock beside it where it reads otherwise (its timezone's, or a one-shot's ``at`` as written; an interval
-    has none), how far it is from ``now`` and the ``remarks``."""
-    try:
-        mine = datetime.fromtimestamp(when, zone)
-        own = datetime.fromtimestamp(when, timing.zone if timing else zone)
-    except (OverflowError, ValueError):
-        mine = own = datetime.fromtimestamp(when, UTC)
-    beside = None
-    if event is not None and own.utcoffset() != mine.utcoffset():
-        day = "" if own.date() == mine.date() else f"{own.date()} "
-        clock = f"{day}{own.strftime('%H:%M:%S' if own.second else '%H:%M')} in {event.timezone}"
-        beside = clock if event.timezone else f"as written: {event.at}" if event.at else None
+def _shown(when: float, now: float | None, zone: tzinfo, own: tzinfo | None = None, *remarks: str | None) -> str:
+    """An instant in the user's ``zone``, the event's ``own`` clock beside where it differs, how far from ``now``."""
+    mine = datetime.fromtimestamp(when, zone)
+    there = datetime.fromtimestamp(when, own or zone)
+    day = "" if there.date() == mine.date() else f"{there.date()} "
+    clock = there.strftime("%H:%M:%S" if there.second else "%H:%M")
+    beside = f"{day}{clock} in {own}" if there.utcoffset() != mine.utcoffset() else None
     away = None if now is None else "now" if when <= now else f"in {_duration(round(when - now))}"
     said = ", ".join(remark for remark in (beside, away, *remarks) if remark)
     return mine.isoformat(timespec="seconds") + (f" ({said})" if said else "")
 
 
-def _agenda(agenda: _Agenda, upcoming: int | timedelta, now: float, zone: tzinfo) -> list[str]:
-    """--check --next: the runs of every file that will run, in time order, the next ``upcoming`` or those
-    within that span, under a head line.  Each file's runs are walked only as far as they are shown."""
+def _agenda(agenda: _Agenda, upcoming: tuple[int, float], now: float, zone: tzinfo) -> list[str]:
+    """--check --next: the runs of every file in time order, under a head line; each walked only as far as shown."""
+    most, span = upcoming
     merged = heapq.merge(*(zip(runs, itertools.repeat(label)) for runs, label in agenda))
-    if isinstance(upcoming, timedelta):
-        end, span = now + upcoming.total_seconds(), _duration(upcoming.total_seconds())
-        shown = list(itertools.islice(itertools.takewhile(lambda run: run[0] <= end, merged), _AGENDA_MOST + 1))
-        head = f"runs in the next {span}:" if shown else f"no runs in the next {span}"
-        if len(shown) > _AGENDA_MOST:
-            del shown[_AGENDA_MOST:]
-            head = f"the first {_AGENDA_MOST} runs in the next {span} (there are more):"
+    shown = list(itertools.islice(itertools.takewhile(lambda run: run[0] <= now + span, merged), most + 1))
+    count, within = min(len(shown), most), "" if math.isinf(span) else f" in the next {_duration(span)}"
+    runs = f"{count} run{'s' if count > 1 else ''}"
+    if not count:
+        head = f"no runs{within or ' are left'}"
+    elif within:
+        head = f"the first {runs}{within} (there are more):" if len(shown) > most else f"runs{within}:"
     else:
-        shown = list(itertools.islice(merged, upcoming))
-        count = len(shown)
-        head = (f"next {count} run{'s' if count > 1 else ''}:" if count == upcoming else
-                f"only {count} run{'s are' if count > 1 else ' is'} left:" if shown else "no runs are left")
-    return [head] + [f"{_shown(due, now, zone)} {label}" for due, label in shown]
+        head = f"next {runs}:" if count == most else f"only {runs} left:"
+    return [head] + [f"{_shown(due, now, zone)} {label}" for due, label in shown[:count]]
 
 
-def _check(path: str, history: str | None = None, timezone: str | None = None,
-           upcoming: int | timedelta | None = None) -> int:
-    """--check: a line per event file and rejected file of a directory, or for one file of any name (a draft),
-    then the agenda (--next) and a summary, last on stdout with what it sums up; 0 when every one will run.
-    It deletes nothing, runs nothing and takes no lock, so it works beside the harness."""
+def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple[int, float] | None) -> int:
+    """--check: a line per file of a directory (or one draft of any name), the agenda, a sum; 0 if all will run."""
+    skip = os.path.realpath(history) if history else None  # the watcher never reads its history as an event
     try:
         files = [(path, os.path.basename(path))] if not os.path.isdir(path) and os.stat(path) else [
             (os.path.join(path, name), name) for name in sorted(os.listdir(path))
-            if name.removesuffix(".rejected").endswith(".json") and not name.startswith(".")]
+            if _is_event_name(name.removesuffix(".rejected")) and os.path.realpath(os.path.join(path, name)) != skip]
     except OSError as exc:
-        log.error("cannot check %s: %s", path, _unfit(path, exc))
+        log.error("cannot check %s: %s", path, exc.strerror or exc)
         return 1
     last = _last_outcomes(history) if history else {}
     user = timezone or _host_timezone()  # else the host's offset
-    zone, now, bad = _zone(user) if user else datetime.now().astimezone().tzinfo or UTC, time.time(), 0
-    agenda: _Agenda | None = None if upcoming is None else []
+    zone, now = _zone(user) if user else datetime.now().astimezone().tzinfo or UTC, time.time()
+    agenda: _Agenda = []
+    out, bad = [], 0
     for file, name in files:
         original = name.removesuffix(".rejected") if file != path else name  # judged again as NAME.json
-        try:
-            ok, line = _check_file(file, original, now, zone, agenda if original == name else None)
-        except Exception as exc:  # that file's alone
-            ok, line = False, f"{original}: unexpected error while checking it: {type(exc).__name__}: {exc}"
+        ok, said = _check_file(file, original, now, zone, agenda if original == name else [])
         if original != name:
-            said = line.removeprefix(f"{original}: ")
-            line = (f"{name}: rejected, valid now ({said.removeprefix('ok: ')}): mv it back to {original}" if ok
-                    else f"{name}: rejected: {said}; fix it, then mv it back to {original} (or rm it)")
-            ok = False
+            said = (f"rejected, valid now ({said.removeprefix('ok: ')}): mv it back to {original}" if ok
+                    else f"rejected: {said}; fix it, then mv it back to {original} (or rm it)")
         if entry := last.get(original):
-            line += f"; last: {entry.get('outcome')} at {entry.get('time')}"
-            line += f" ({entry['detail']})" if entry.get("detail") else ""
-        bad += not ok
-        sys.stdout.write(_one_line(line) + "\n")
-    if agenda is not None and upcoming is not None:
-        sys.stdout.writelines(_one_line(line) + "\n" for line in _agenda(agenda, upcoming, now, zone))
-    sys.stdout.write(_one_line(f"checked {path}: {len(files) - bad} will run, {bad} will not") + "\n")
+            said += f"; last: {entry.get('outcome')} at {entry.get('time')}"
+            said += f" ({entry['detail']})" if entry.get("detail") else ""
+        bad += not ok or original != name
+        out.append(f"{name}: {said}")
+    out += _agenda(agenda, upcoming, now, zone) if upcoming else []
+    out.append(f"checked {path}: {len(files) - bad} will run, {bad} will not")
+    sys.stdout.writelines(_one_line(line) + "\n" for line in out)
     sys.stdout.flush()
     return 1 if bad else 0
 
@@ -2245,22 +2146,21 @@ def _number(text: str, positive: bool = False) -> float:
     raise argparse.ArgumentTypeError(f"must be a {'positive' if positive else 'non-negative'} number: {text!r}")
 
 
-def _upcoming(text: str) -> int | timedelta:
-    """--next: a count of runs, or a span as ``every`` reads one (7d, 36h)."""
+def _upcoming(text: str) -> tuple[int, float]:
+    """--next: a count of runs, or a span as ``every`` reads one (7d, 36h): (at most so many runs, within so long)."""
     if text.isascii() and text.isdigit() and len(text) <= 6 and 0 < int(text) <= _AGENDA_MOST:
-        return int(text)
+        return int(text), math.inf
     with contextlib.suppress(ValueError):
-        return timedelta(seconds=_seconds(text))
+        return _AGENDA_MOST, float(_seconds(text))
     raise argparse.ArgumentTypeError(f"not a count of runs (1 to {_AGENDA_MOST}) nor a span such as 7d: {text!r}")
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="mom_events", description="Watch a directory of JSON event files and "
-                                     "print each event when it is due; see the README's CLI section.")
+    parser = argparse.ArgumentParser(prog="mom_events", description="Print each event file of DIR when it is due.")
     add, seconds = parser.add_argument, (lambda text: _number(text, positive=True))
     add("dir", nargs="?", default="events", help="the events directory (default: events); --check: or a file")
     add("--json", action="store_true", help="print one JSON object per event instead of a text line")
-    add("--poll", type=seconds, default=0.1, metavar="S", help="seconds between looks at DIR (default: 0.1)")
+    add("--poll", type=seconds, default=0.04, metavar="S", help="seconds between looks at DIR (default: 0.04)")
     add("--exec", metavar="CMD", help="run /bin/sh -c CMD per event: the message on stdin, the event in MOM_EVENT_*")
     add("--exec-timeout", type=seconds, metavar="S", help="stop a command (all it started) running longer")
     add("--grace", type=_number, default=30.0, metavar="S", help="on SIGTERM/SIGINT, the time to finish (30)")
@@ -2285,10 +2185,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                                     ("--channel", args.channel, "goes with --prompt", args.prompt)):
         if value is not None and not ok:
             parser.error(f"{given} {needs}")
-    if args.channel is not None and (fault := _channel_fault(args.channel)) is not None:
-        parser.error(f"--channel {args.channel!r}: {fault}")
     try:
-        _zone(args.timezone or "UTC")
+        events_prompt(args.dir, args.timezone or "UTC", args.channel)  # the zone and the channel are ones it takes
     except ValueError as exc:
         parser.error(str(exc))
     return args
@@ -2303,7 +2201,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(sys.stdout, io.TextIOWrapper):  # it is, unless an embedding program replaced it
         sys.stdout.reconfigure(errors="backslashreplace")  # names need not be valid UTF-8
     if args.prompt:
-        history = os.path.abspath(args.history) if args.history else None
+        history = args.history and os.path.abspath(args.history)
         sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel, history))
         return 0
     if args.check:
@@ -2314,47 +2212,41 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    """Watch until SIGTERM or SIGINT; then 0 when running events end within the grace, else 1 once what still
-    runs is stopped.  A second signal leaves at once, killing the commands."""
+    """Watch until SIGTERM/SIGINT: 0 if the runs end within the grace, else 1; a second signal leaves at once."""
     stop = threading.Event()
-    commands = _Commands(args.exec, args.exec_timeout) if args.exec else None
-    printer = _printer(args.json)
-    def handler(event: Event) -> None:
-        printer(event)
-        if commands is not None:
-            commands(event)
+    commands = _Commands(args.exec, args.exec_timeout)
+
     def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():  # nothing of a run outlives the harness
-            if commands is not None:
-                commands.stop_all(kill=True)
+            commands.stop_all(kill=True)
             log.warning("stopped at once on a second signal (exit status %d)", 128 + signum)
             os._exit(128 + signum)
         stop.set()
+
+    def report(event: Event, exc: BaseException) -> None:  # a failed command is one line, anything else a traceback
+        log.error("%s: %s", event.filename, exc, exc_info=None if isinstance(exc, _CommandFailed) else exc)
+
     def shut_down() -> int:
         log.info("stopping; running events have %g s to finish", args.grace)
         if not (still_running := watcher.stop(timeout=args.grace)):
             return 0
         log.warning("grace period over; stopping what still runs on channels %s", ", ".join(still_running))
-        if commands is not None:
-            commands.stop_all()
+        commands.stop_all()
         return 1
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:
-        watcher = EventsWatcher(args.dir, handler, on_error=_report, poll_interval=args.poll,
+        watcher = EventsWatcher(args.dir, _printer(args.json, commands), on_error=report, poll_interval=args.poll,
                                 max_queued=args.max_queued, history=args.history, misfire_grace=args.misfire_grace,
                                 standby=args.standby, notify=args.notify, systemd=True, timezone=args.timezone)
         watcher.start()
-    except (EventError, ValueError) as exc:
-        log.error("%s", exc)
+    except (ValueError, OSError) as exc:  # EventError: already watched
+        log.error("cannot watch %s: %s", args.dir, getattr(exc, "strerror", None) or exc)
         return 2
-    except OSError as exc:
-        log.error("cannot watch %s: %s", args.dir, exc.strerror or exc)
-        return 2
-    while not stop.wait(0.2):  # in steps: see below
+    # Python runs a signal's handler only when the main thread runs Python code: it waits in short steps, and
+    # shuts down on a thread of its own, to hear a second signal even when the kernel gives it elsewhere.
+    while not stop.wait(0.2):
         pass
-    # Python runs a signal's handler only when the main thread runs Python code: it waits in short steps while
-    # shutting down on a thread of its own, to hear a second signal even when the kernel gives it elsewhere.
     with ThreadPoolExecutor(1) as pool:
         done = pool.submit(shut_down)
         while not wait([done], 0.2).done:
