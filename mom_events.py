@@ -45,6 +45,7 @@ import stat
 import subprocess
 import threading
 import time
+import unicodedata
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -173,7 +174,8 @@ def _event(obj: dict[str, object], filename: str) -> Event:
     fields = _FIELDS.get(written) if isinstance(written := obj.get("type"), str) else None
     for key in obj:
         typed = key.lower().replace("_", "").replace("-", "")
-        near = [name for name in _KNOWN if typed == name.lower() or len(name) >= 5 and _one_edit(typed, name.lower())]
+        near = [] if key in _KNOWN else [name for name in _KNOWN
+                                         if typed == name.lower() or len(name) >= 5 and _one_edit(typed, name.lower())]
         meant = key if key in _KNOWN else min(near, key=lambda name: typed != name.lower(), default=None)
         owners = " and ".join(t for t in TYPES if meant in _FIELDS[t])
         if meant not in (key, None):
@@ -185,7 +187,7 @@ def _event(obj: dict[str, object], filename: str) -> Event:
     if (kind := _field(obj, "type", required=True)) not in _FIELDS:
         raise ValueError(f'unknown type {_excerpt(kind)!r} (expected "immediate", "one-shot" or "periodic")')
     channel = _field(obj, "channelId", required=True)
-    if (bad := next((c for c in channel if c.isspace() or not c.isprintable() or c in _BLANKS), None)) is not None:
+    if (bad := next(filter(_unseen, channel), None)) is not None:
         fault = "contains whitespace" if bad.isspace() else f"contains U+{ord(bad):04X}, which does not print"
         raise ValueError(f"\"channelId\" {_excerpt(channel)!r} {fault} (a chat platform's channel ID has none)")
     given: Callable[[str], str | None] = lambda key: _field(obj, key) or None
@@ -197,6 +199,11 @@ def _event(obj: dict[str, object], filename: str) -> Event:
     if kind != "immediate":  # the timing, last: it may need croniter
         (_at if kind == "one-shot" else _check_periodic)(event)
     return event
+
+
+def _unseen(c: str) -> bool:
+    """Prints as a blank, or as nothing at all (a combining mark shows on the letter before it)."""
+    return c.isspace() or not c.isprintable() or c in _BLANKS or unicodedata.category(c) in ("Mn", "Me")
 
 
 def _one_edit(a: str, b: str) -> bool:
@@ -481,6 +488,7 @@ class _Pattern:
                 raise ValueError(f"{_excerpt(item)!r}: the number after '#' must be 1 to 5")
             self.nth |= {(day, 0 if k.upper() == "L" else int(k)) for day in _DOW.values(days)}
         self._by_shape: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._last: tuple[tuple[ZoneInfo, int] | None, float | None] = (None, None)
 
     def in_month(self, year: int, month: int) -> tuple[int, ...]:
         """A month's matching days, kept by its shape (the weekday of its 1st, its length): 14 shapes in all."""
@@ -519,7 +527,14 @@ class _Pattern:
                                 if (year, month, day) >= (first.year, first.month, first.day))
 
     def next_after(self, zone: ZoneInfo, t: int) -> float | None:
-        """The first run strictly after the whole second ``t``, by the daylight saving rule (see the class)."""
+        """The first run strictly after the whole second ``t``, by the daylight saving rule (see the class); the
+        last answer is kept, for the files judged at one instant share it."""
+        if self._last[0] == (zone, t):
+            return self._last[1]
+        self._last = ((zone, t), self._next_after(zone, t))
+        return self._last[1]
+
+    def _next_after(self, zone: ZoneInfo, t: int) -> float | None:
         local = datetime.fromtimestamp(t, zone)
         wall = local.replace(tzinfo=None)
         span = wall.replace(tzinfo=zone, fold=1).timestamp() - wall.replace(tzinfo=zone, fold=0).timestamp()
@@ -652,9 +667,9 @@ def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
 
 # --- Timing and the judge: when a file's occurrences fall, and what becomes of a file now ---
 
-# A harness's last sign of life is the lock file's mtime, refreshed every _BEAT seconds; what fell due up to
-# _TAKEOVER seconds after it runs late at the next start (the dead harness may have lived a beat longer, and
-# a standby needs a moment to take over).  _COARSE: a file's mtime may be stamped this much before its write.
+# A harness's last sign of life is the lock file's mtime, set at every step before anything fires; what fell
+# due up to _TAKEOVER seconds after it runs late at the next start (a standby needs a moment to take over).
+# _BEAT: how often the watchdog is told.  _COARSE: a file's mtime may be stamped this much before its write.
 _BEAT = 1.0
 _TAKEOVER = 5.0
 _COARSE = 2.0
@@ -766,10 +781,10 @@ def _judge(event: Event, mtime: float, now: float, timing: _Timing | None,
         if down is not None and down[0] + _COARSE < mtime < down[1] - _COARSE:
             return _Verdict("stale", reason="it was written while no harness was running")
         return _Verdict("run")
-    first = timing.next_after(mtime)
+    following = timing.next_after(now)
+    first = timing.next_after(mtime) if following is None or isinstance(timing, _Once) else following
     if first is None or (isinstance(timing, _Once) and mtime >= first):
         return _Verdict("invalid", reason=_written_late(event, timing, now))
-    following = timing.next_after(now)
     late = _late_run(event, timing, now, down, misfire_grace, max(mtime, began))
     if late is not None:
         return _Verdict("run", late, following)
@@ -1023,15 +1038,19 @@ class _Job:
 
 class _Channels:
     """Per-channel FIFO queues (a ``deque`` with an explicit length check: ``maxlen`` would drop the oldest,
-    we refuse the newest).  A busy channel has one worker, started by ``spawn`` and gone once the channel has
-    nothing left, so an idle channel holds no thread and costs nothing."""
+    we refuse the newest), emptied by a pool of workers started by ``spawn``: a worker runs the first job of
+    the next ready channel, one at a time per channel, and lingers ``linger`` seconds for more before it goes,
+    so a burst of short runs needs few threads and an idle harness none."""
 
-    def __init__(self, max_queued: int, spawn: Callable[[Callable[[], None]], object]) -> None:
+    def __init__(self, max_queued: int, spawn: Callable[[Callable[[], None]], object], linger: float) -> None:
         self.max_queued = max_queued
         self._spawn = spawn
+        self._linger = linger
         self._lock = threading.Condition()
         self._waiting: dict[str, deque[_Job]] = {}  # a channel is here while it is busy
+        self._ready: deque[str] = deque()  # busy channels with nothing running, in turn
         self._running: dict[str, int] = {}  # channel -> the thread running its job
+        self._idle = 0  # workers waiting for a ready channel
         self.closed = False
 
     def put(self, job: _Job, queued: Callable[[], None] = lambda: None) -> bool:
@@ -1041,15 +1060,28 @@ class _Channels:
             queue = self._waiting.get(job.channel)
             if self.closed or (queue is not None and len(queue) >= self.max_queued and not job.notice):
                 return False
-            if queue is None:
-                queue = self._waiting[job.channel] = deque()
-            queue.append(job)
             queued()
-            if job.channel in self._running:  # its worker will come to it
+            if queue is not None:  # busy: its turn comes
+                queue.append(job)
                 return True
-            self._running[job.channel] = 0  # claimed until its worker starts
-        self._spawn(lambda: self._work(job.channel))
+            self._waiting[job.channel] = deque([job])
+            self._ready.append(job.channel)
+            if self._idle >= len(self._ready):  # a waiting worker takes it
+                self._lock.notify()
+                return True
+        self._spawn(self._work)
         return True
+
+    def hold(self) -> Callable[[], None]:
+        """Start no worker until the returned function is called (a start-up lets nothing run before it is done)."""
+        spawn, held = self._spawn, list[Callable[[], None]]()
+        self._spawn = held.append
+
+        def release() -> None:
+            self._spawn = spawn
+            for work in held:
+                spawn(work)
+        return release
 
     def submit(self, channel: str, fn: Callable[[], None]) -> bool:
         """A user's own message: refused while the channel runs or has anything waiting."""
@@ -1065,6 +1097,9 @@ class _Channels:
             taken = [job for job in queue if job.event and job.event.filename == name and not job.notice]
             for job in taken:
                 queue.remove(job)
+            if taken and not queue and channel not in self._running:  # nothing left: not busy any more
+                del self._waiting[channel]
+                self._ready.remove(channel)
             return taken
 
     def waiting(self, channel: str, name: str) -> bool:
@@ -1077,32 +1112,43 @@ class _Channels:
         with self._lock:
             self.closed = True
             dropped = [job for queue in self._waiting.values() for job in queue]
-            for queue in self._waiting.values():
-                queue.clear()
+            self._waiting = {channel: deque() for channel in self._running}
+            self._ready.clear()
+            self._lock.notify_all()
             return dropped
 
-    def wait(self, timeout: float) -> list[str]:
+    def wait(self, timeout: float | None) -> list[str]:
         """Wait up to ``timeout`` for the running jobs (not the caller's own); return the channels still running."""
         me = threading.get_ident()
         with self._lock:
             self._lock.wait_for(lambda: all(ident == me for ident in self._running.values()), timeout)
             return sorted(channel for channel, ident in self._running.items() if ident != me)
 
-    def _work(self, channel: str) -> None:
-        """A channel's worker: its jobs in order, then gone."""
-        while True:
-            with self._lock:
-                queue = self._waiting[channel]
-                if not queue:
-                    del self._waiting[channel], self._running[channel]
-                    self._lock.notify_all()
+    def _work(self) -> None:
+        """A worker: ready channels' jobs, one at a time, until none has been ready for ``linger`` seconds."""
+        with self._lock:
+            while True:
+                self._idle += 1
+                self._lock.wait_for(lambda: self._ready, self._linger)
+                self._idle -= 1
+                if not self._ready:
                     return
-                job = queue.popleft()
+                channel = self._ready.popleft()
+                job = self._waiting[channel].popleft()
                 self._running[channel] = threading.get_ident()
-            try:
-                job.run()
-            except BaseException:  # a job reports its own errors: this is the last resort, never a dead worker
-                log.exception("channel %s: a run failed", channel)
+                self._lock.release()
+                try:
+                    job.run()
+                except BaseException:  # a job reports its own errors: this is the last resort, never a dead worker
+                    log.exception("channel %s: a run failed", channel)
+                finally:
+                    self._lock.acquire()
+                del self._running[channel]
+                if self._waiting[channel]:
+                    self._ready.append(channel)
+                else:
+                    del self._waiting[channel]
+                self._lock.notify_all()
 
 
 # --- The history: one JSON line per outcome, for the agent and its operator ---
@@ -1197,16 +1243,20 @@ def _stop_run(*run_ids: str, wait: float = 1.0) -> int:
                 continue
         return pids
 
-    found = pids = members()
-    for signo in (signal.SIGTERM, signal.SIGKILL):
+    def kill(pids: list[int], signo: int) -> None:
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signo)
-            except OSError:
-                pass
-        deadline = time.monotonic() + wait
-        while (pids := members()) and time.monotonic() < deadline:
-            time.sleep(0.02)
+
+    found = members()
+    kill(found, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while members() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    deadline = time.monotonic() + 5
+    while (pids := members()) and time.monotonic() < deadline:  # and what they fork meanwhile, till none is left
+        kill(pids, signal.SIGKILL)
+        time.sleep(0.01)
     return len(found)
 
 
@@ -1249,21 +1299,25 @@ def _markers(directory: str) -> list[tuple[str, Event, _Signature | None, float]
                 with open(os.path.join(directory, name), encoding="utf-8") as marker:
                     data = json.load(marker)
                 found.append((run_id, Event(**data["notice"]), data["file"] and tuple(data["file"]), data["due"]))
-            except (OSError, ValueError, TypeError, KeyError):  # torn as it was written: that run never began
+            except (OSError, ValueError, TypeError, KeyError):  # torn as it was written: its run never began
                 log.warning("%s: unreadable, removed", name)
+                _stop_run(run_id)
                 _unmark(directory, run_id)
     return found
 
 
-def _mark(directory: str, run_id: str, notice: Event, sig: _Signature | None = None, due: float | None = None) -> None:
-    """Write a marker: the notice to tell if this harness never gets to remove it."""
+def _mark(directory: str, run_id: str, notice: Event, sig: _Signature | None = None, due: float | None = None) -> bool:
+    """Write a marker, the notice to tell if this harness never gets to remove it; False if it cannot be."""
     data = {"notice": {"filename": notice.filename, "type": notice.type, "channel_id": notice.channel_id,
                        "text": notice.text}, "file": sig, "due": due}
     try:
         with open(os.path.join(directory, _MARKER + run_id), "x", encoding="utf-8", opener=_private) as marker:
             json.dump(data, marker)
-    except OSError as exc:  # the run goes on: only what a crash would leave of it is lost
+    except OSError as exc:
         log.error("%s: its marker cannot be written: %s", notice.filename, exc.strerror or exc)
+        _unmark(directory, run_id)
+        return False
+    return True
 
 
 def _private(path: str, flags: int) -> int:
@@ -1273,6 +1327,11 @@ def _private(path: str, flags: int) -> int:
 def _unmark(directory: str, run_id: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(directory, _MARKER + run_id))
+
+
+class _CutShort(Exception):
+    """Raised by a handler whose run the harness's own shutdown cut short: its file and marker stay, and the
+    next start tells it interrupted."""
 
 
 def _interrupted(event: Event) -> Event:
@@ -1317,7 +1376,6 @@ class _Files:
     def __init__(self, setup: _Setup) -> None:
         self.s = setup
         self.files: dict[str, _File] = {}
-        self.cut = False  # the harness stopped before its runs ended: they are told interrupted at the next start
 
     def seen(self, name: str, st: os.stat_result | None, now: float,
              down: tuple[float, float] | None = None, began: float = -math.inf) -> None:
@@ -1352,7 +1410,8 @@ class _Files:
         with open(fd, "rb") as handle:
             st = os.fstat(fd)
             data = handle.read(MAX_FILE_BYTES + 1) if stat.S_ISREG(st.st_mode) else b""
-        if not stat.S_ISREG(st.st_mode):
+            changing = _signature(os.fstat(fd)) != _signature(st)
+        if changing or not stat.S_ISREG(st.st_mode):  # written as it was read: the scan hands it on again (racy)
             return
         digest = hashlib.sha256(data).digest()
         if digest == file.digest and st.st_mtime_ns == file.sig[2] and not again:
@@ -1363,7 +1422,8 @@ class _Files:
         file.sig, file.digest, file.event, file.timing = _signature(st), digest, None, None
         try:
             event, unknown = _parse(data, file.name)
-            timing = _timing(event, st.st_mtime, self.s.zone)
+            written = min(st.st_mtime, now)  # an mtime ahead of the clock (cp -p, touch -d) is no later than now
+            timing = _timing(event, written, self.s.zone)
         except _NeedsCroniter as exc:
             log.error("%s; the file is left in place", exc)
             return
@@ -1373,7 +1433,7 @@ class _Files:
         if unknown:
             log.warning("%s: unknown fields ignored: %s", file.name, ", ".join(unknown))
         file.event, file.timing = event, timing
-        self._act(file, _judge(event, st.st_mtime, now, timing, down, self.s.misfire_grace, began), now)
+        self._act(file, _judge(event, written, now, timing, down, self.s.misfire_grace, began), now)
 
     def _retry(self, file: _File, reason: str, data: bytes, now: float) -> None:
         """A bad file may be mid-write: read again after 100, 200 and 400 ms, then rejected."""
@@ -1431,13 +1491,17 @@ class _Files:
         ends), the handler, then its file deleted (if ``sig``: the file as judged) and the marker removed."""
         if due is not None and (late := self.s.clock() - due) >= 1:
             event = replace(event, late=late)
-        if not marked:
-            _mark(self.s.directory, run_id, _interrupted(event), sig, due)
+        if not marked and not _mark(self.s.directory, run_id, _interrupted(event), sig, due):
+            self.s.history.record("failed", event, due, "its marker cannot be written: not run")
+            return  # a run a crash could leave untold never starts; its file stays
         self.s.history.record("started", event, due)
         outcome, detail = "done", None
         _here.run = run_id
         try:
             self._call(self.s.handler, event)
+        except _CutShort as exc:
+            log.warning("%s: %s; it is told interrupted at the next start", event.filename, exc)
+            return
         except BaseException as exc:
             outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
             try:
@@ -1446,8 +1510,6 @@ class _Files:
                 log.exception("%s: on_error raised", event.filename)
         finally:
             _here.run = None
-        if self.cut:
-            return
         if sig is not None:
             try:
                 _take(self.s.directory, event.filename, sig)
@@ -1580,7 +1642,7 @@ class EventsWatcher:
         self.standby = standby
         self.systemd = systemd
         self._history = None if history is None else os.fspath(history)
-        self._channels = _Channels(max_queued, spawn or _thread)
+        self._channels = _Channels(max_queued, spawn or _thread, 0.0 if spawn else 2.0)
         self._schedule = _Schedule()
         zone = _zone(timezone) if timezone else datetime.now().astimezone().tzinfo
         self._setup = _Setup(self.directory, handler, on_error or _log_error, self._channels, self._schedule,
@@ -1630,6 +1692,7 @@ class EventsWatcher:
         if self._lock_fd is None or self._stopping.is_set():
             return None
         now = self.clock() if now is None else now
+        self._touch(now)  # before anything fires: what fell due before a harness's last sign of life had fired
         if scan:
             for name, st in self._scanner.poll():
                 self._guarded(name, self._files.seen, name, st, now)
@@ -1656,7 +1719,7 @@ class EventsWatcher:
                 self._setup.history.record("cancelled", job.event, detail="the harness stopped before it ran")
         running = self._channels.wait(timeout)
         if running:
-            self._files.cut = True
+            threading.Thread(target=self._unlock, args=(None,), daemon=True).start()
         else:
             self._unlock()
         return running
@@ -1687,7 +1750,9 @@ class EventsWatcher:
         self._lock_fd = fd
         return True
 
-    def _unlock(self) -> None:
+    def _unlock(self, wait: float | None = 0.0) -> None:
+        """Let the lock go, once the runs still going have ended: a standby must never run beside them."""
+        self._channels.wait(wait)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -1706,22 +1771,21 @@ class EventsWatcher:
         it was until this start-up is done: one killed before then does not count as a harness that ran)."""
         assert self._lock_fd is not None
         st = os.fstat(self._lock_fd)
-        alive = st.st_mtime if st.st_size else -math.inf  # an empty lock file: no harness was here before
-        os.ftruncate(self._lock_fd, 0)
-        os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
-        os.utime(self._lock_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-        try:
+        # An empty lock file: no harness was here before.  (A time set is read back a few hundred ns off: 1 ms more.)
+        alive = st.st_mtime + 0.001 if st.st_size else -math.inf
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.directory, _JOURNAL))
-        except FileNotFoundError:
-            pass
-        now = self.clock()
+        now, held = self.clock(), self._channels.hold()
         began = self._files.recover()
         for name, entry in self._scanner.poll():
             self._guarded(name, self._files.seen, name, entry, now, (alive, now), began.get(name, -math.inf))
-        log.info("watching %s (%d events scheduled)", self.directory, len(self._schedule))
+        os.ftruncate(self._lock_fd, 0)  # its PID and its first sign of life: from now on, it counts as one that ran
+        os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
         if self.systemd:
             _sd_notify("READY=1\nSTATUS=watching")
-        self._alive(now)
+        self._touch(now)
+        held()  # and only now does anything run
+        log.info("watching %s (%d events scheduled)", self.directory, len(self._schedule))
 
     def _run(self) -> None:
         while self._lock_fd is None and not self._stopping.wait(_STANDBY_TRY):
@@ -1733,14 +1797,18 @@ class EventsWatcher:
             delay = self.poll_interval if due is None else min(self.poll_interval, due - self.clock())
             self._stopping.wait(max(0.0, delay))
 
-    def _alive(self, now: float) -> None:
-        """A sign of life: the lock file's mtime (on this watcher's clock), and systemd's watchdog."""
-        self._beat = now
+    def _touch(self, now: float) -> None:
+        """The last sign of life: the lock file's mtime, on this watcher's clock, set at every step."""
         assert self._lock_fd is not None
         try:
             os.utime(self._lock_fd, (now, now))
         except OSError as exc:
             log.error("the lock file's time cannot be set: %s", exc.strerror or exc)
+
+    def _alive(self, now: float) -> None:
+        """Once a second: systemd's watchdog, and whether the lock at the path is still this one's."""
+        self._beat = now
+        assert self._lock_fd is not None
         if self.systemd and os.environ.get("WATCHDOG_PID", str(os.getpid())) == str(os.getpid()):
             _sd_notify("WATCHDOG=1")
         try:
@@ -1975,7 +2043,7 @@ class _Commands:
         run_id = _run_id() or os.urandom(8).hex()  # a handler called outside a watcher's run has no id
         with self.lock:
             if self.stopping:
-                raise _CommandFailed("command not started: the harness is stopping")
+                raise _CutShort("command not started: the harness is stopping")
             try:
                 proc = subprocess.Popen(["/bin/sh", "-c", self.command or ""], stdin=subprocess.PIPE, stdout=2,
                                         env=_environment(event, run_id), start_new_session=True)
@@ -1991,10 +2059,11 @@ class _Commands:
             _stop_run(run_id)
             status = proc.wait()
             self.running.discard(run_id)
+        if status and self.stopping:
+            raise _CutShort("command stopped at shutdown")
         if status and not failure:
             names = {int(signo): signo.name for signo in signal.Signals}
-            failure = (f"exit status {status}" if status > 0 else "stopped at shutdown" if self.stopping
-                       else f"killed by {names.get(-status, f'signal {-status}')}")
+            failure = f"exit status {status}" if status > 0 else f"killed by {names.get(-status, f'signal {-status}')}"
         if failure:
             raise _CommandFailed(f"command failed: {failure}")
 
@@ -2031,7 +2100,8 @@ _AGENDA_MOST = 10_000  # runs an agenda shows: a span of a file every second is 
 _Agenda = list[tuple[Iterator[float], str]]  # each file's runs, and what it is
 
 
-def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda) -> tuple[bool, str]:
+def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda,
+                down: tuple[float, float] | None = None) -> tuple[bool, str]:
     """Whether a file will run, judged as a harness seeing it now would, and when (its runs into agenda) or why not."""
     try:
         info = os.stat(path)
@@ -2043,8 +2113,8 @@ def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda)
         return False, exc.reason
     except OSError as exc:
         return False, f"cannot be read: {exc.strerror or exc}"
-    timing = _timing(event, info.st_mtime, zone)
-    verdict = _judge(event, info.st_mtime, now, timing)
+    timing = _timing(event, min(info.st_mtime, now), zone)
+    verdict = _judge(event, min(info.st_mtime, now), now, timing, down)
     what = f"{event.type} on channel {event.channel_id}"
     notes = [f"unknown fields are ignored: {', '.join(map(json.dumps, unknown))}"] if unknown else []
     if verdict.outcome not in ("run", "schedule"):
@@ -2120,9 +2190,10 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
     zone, now = _zone(user) if user else datetime.now().astimezone().tzinfo or UTC, time.time()
     agenda: _Agenda = []
     out, bad = [], 0
+    down = None if files and files[0][0] == path else _down(path, now)
     for file, name in files:
         original = name.removesuffix(".rejected") if file != path else name  # judged again as NAME.json
-        ok, said = _check_file(file, original, now, zone, agenda if original == name else [])
+        ok, said = _check_file(file, original, now, zone, agenda if original == name else [], down)
         if original != name:
             said = (f"rejected, valid now ({said.removeprefix('ok: ')}): mv it back to {original}" if ok
                     else f"rejected: {said}; fix it, then mv it back to {original} (or rm it)")
@@ -2136,6 +2207,16 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
     sys.stdout.writelines(_one_line(line) + "\n" for line in out)
     sys.stdout.flush()
     return 1 if bad else 0
+
+
+def _down(directory: str, now: float) -> tuple[float, float] | None:
+    """None while a harness holds the directory (its lock file's mtime is fresh); else the window a start-up now
+    would judge by: from the last sign of life (unknown without a lock file) to now."""
+    try:
+        alive = os.stat(os.path.join(directory, _LOCK)).st_mtime
+    except OSError:
+        return -math.inf, now
+    return None if now - alive <= 3 * _BEAT else (alive, now)
 
 
 def _number(text: str, positive: bool = False) -> float:
