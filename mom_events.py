@@ -25,10 +25,10 @@ if sys.platform == "win32":  # fcntl, /bin/sh, sessions
     raise ImportError("mom_events needs a POSIX system (fcntl, /bin/sh, sessions); it does not run on Windows")
 
 import argparse
+import bisect
 import calendar
 import contextlib
 import fcntl
-import hashlib
 import heapq
 import importlib
 import inspect
@@ -83,8 +83,7 @@ class _NeedsCroniter(EventError):
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """An event file, or a notice about one (type "rejected", "missed", "interrupted"), its fields as written (the
-    agent knows its own words); an occurrence also has ``due`` (None for an immediate) and ``late`` (seconds)."""
+    """An event file, or a notice about one ("rejected", "missed", "interrupted"), its fields as written."""
 
     filename: str
     type: str
@@ -114,8 +113,7 @@ _FIELDS = {"immediate": ("type", "channelId", "text"), "one-shot": ("type", "cha
            "periodic": ("type", "channelId", "text", "schedule", "timezone", "every", "start", "until", "catchUp")}
 _KNOWN = sorted({key for fields in _FIELDS.values() for key in fields})  # any other key is a bot's own, ignored
 _MAX_LENGTH = {"channelId": 255, "schedule": 1000, "timezone": 64}  # what a real one needs, and some
-_ALLOWED = {"schedule": "a string or a list of at most 20 strings",
-            "catchUp": 'true, false or a duration such as "1d"'}
+_ALLOWED = {"schedule": "a string or a list of at most 20 strings", "catchUp": 'true, false or a duration such as "1d"'}
 _JSON_KIND = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
 _BLANKS = frozenset("\u115f\u1160\u2800\u3164\uffa0")  # print as blanks, though Python calls them printable
 _INTERVAL = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
@@ -126,7 +124,7 @@ _T = TypeVar("_T")
 
 def parse_event(data: str | bytes, filename: str) -> Event:
     """Parse and check one event file's content; anything wrong raises EventError naming the file."""
-    if len(filename) > 255 or "/" in filename or filename.startswith(".") or not filename.endswith(".json"):
+    if len(filename) > 255 or "/" in filename or not _is_event_name(filename):
         raise EventError(_excerpt(filename), 'not an event file name (NAME.json, no "/" or leading ".", 255 at most)')
     return _parse(data, filename)[0]
 
@@ -134,31 +132,24 @@ def parse_event(data: str | bytes, filename: str) -> Event:
 def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
     """``parse_event`` for a file of any name (``--check`` reads ``x.json.rejected``), with the keys it ignored."""
     try:
-        obj = _decode(data)
-        event = _event(obj, filename)
+        if len(data) > MAX_FILE_BYTES:  # a careless or hostile writer's megabyte
+            raise ValueError("file is larger than 1 MiB")
+        try:
+            text = bytes(data).decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+            obj = json.loads(text.removeprefix("\ufeff"), parse_constant=_finite, parse_float=_finite)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not valid UTF-8 (byte {exc.start})") from None
+        except RecursionError:
+            raise ValueError("invalid JSON: nested too deeply") from None
+        except ValueError as exc:  # a syntax error, NaN, Infinity, 1e999, a 5,000-digit integer
+            raise ValueError(f"invalid JSON: {str(exc).split(';')[0]}") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"expected a JSON object, not {_JSON_KIND.get(type(obj), 'null')}")
+        return _event(obj, filename), [key for key in obj if key not in _KNOWN]
     except _CronMissing:
         raise _NeedsCroniter(filename, "periodic events with a schedule need croniter (pip install croniter)") from None
     except ValueError as exc:  # every reason below is a plain ValueError, given its file's name here
         raise EventError(filename, str(exc)) from None
-    return event, [key for key in obj if key not in _KNOWN]
-
-
-def _decode(data: str | bytes) -> dict[str, object]:
-    """The JSON object in ``data``, refusing what a careless or hostile writer slips in: NaN, 1e999, a megabyte."""
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError("file is larger than 1 MiB")
-    try:
-        text = bytes(data).decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-        obj = json.loads(text.removeprefix("\ufeff"), parse_constant=_finite, parse_float=_finite)
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not valid UTF-8 (byte {exc.start})") from None
-    except RecursionError:
-        raise ValueError("invalid JSON: nested too deeply") from None
-    except ValueError as exc:  # a syntax error, NaN, Infinity, 1e999, a 5,000-digit integer
-        raise ValueError(f"invalid JSON: {str(exc).split(';')[0]}") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, not {_JSON_KIND.get(type(obj), 'null')}")
-    return obj
 
 
 def _finite(text: str) -> float:
@@ -174,9 +165,8 @@ def _event(obj: dict[str, object], filename: str) -> Event:
     fields = _FIELDS.get(written) if isinstance(written := obj.get("type"), str) else None
     for key in obj:
         typed = key.lower().replace("_", "").replace("-", "")
-        near = [] if key in _KNOWN else [name for name in _KNOWN
-                                         if typed == name.lower() or len(name) >= 5 and _one_edit(typed, name.lower())]
-        meant = key if key in _KNOWN else min(near, key=lambda name: typed != name.lower(), default=None)
+        near = [name for name in _KNOWN if typed == name.lower() or len(name) >= 5 and _one_edit(typed, name.lower())]
+        meant = min(near, key=lambda name: typed != name.lower(), default=None)  # a known key is itself
         owners = " and ".join(t for t in TYPES if meant in _FIELDS[t])
         if meant not in (key, None):
             whose = "" if fields is None or meant in fields else f' ("{meant}" is for {owners} events)'
@@ -187,7 +177,9 @@ def _event(obj: dict[str, object], filename: str) -> Event:
     if (kind := _field(obj, "type", required=True)) not in _FIELDS:
         raise ValueError(f'unknown type {_excerpt(kind)!r} (expected "immediate", "one-shot" or "periodic")')
     channel = _field(obj, "channelId", required=True)
-    if (bad := next(filter(_unseen, channel), None)) is not None:
+    unseen = (c for c in channel if c.isspace() or not c.isprintable() or c in _BLANKS
+              or unicodedata.category(c) in ("Mn", "Me"))  # a combining mark shows on the letter before it
+    if (bad := next(unseen, None)) is not None:
         fault = "contains whitespace" if bad.isspace() else f"contains U+{ord(bad):04X}, which does not print"
         raise ValueError(f"\"channelId\" {_excerpt(channel)!r} {fault} (a chat platform's channel ID has none)")
     given: Callable[[str], str | None] = lambda key: _field(obj, key) or None
@@ -201,15 +193,8 @@ def _event(obj: dict[str, object], filename: str) -> Event:
     return event
 
 
-def _unseen(c: str) -> bool:
-    """Prints as a blank, or as nothing at all (a combining mark shows on the letter before it)."""
-    return c.isspace() or not c.isprintable() or c in _BLANKS or unicodedata.category(c) in ("Mn", "Me")
-
-
 def _one_edit(a: str, b: str) -> bool:
     """Is ``a`` one letter changed, dropped or added, or two adjacent ones swapped, away from ``b``?"""
-    if abs(len(a) - len(b)) > 1:
-        return False
     i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     swapped = a[i:i + 2] == b[i:i + 2][::-1] and a[i + 2:] == b[i + 2:]
     return a != b and (a[i + 1:] in (b[i + 1:], b[i:]) or a[i:] == b[i + 1:] or swapped)
@@ -228,11 +213,10 @@ def _field(obj: dict[str, object], key: str, required: bool = False) -> str:
         raise ValueError(f'"{key}" is empty')
     if len(value) > (limit := _MAX_LENGTH.get(key, len(value))):
         raise ValueError(f'"{key}" is {len(value)} characters long (at most {limit})')
-    return value
+    return value if key == "text" else sys.intern(value)  # 10,000 files on one schedule keep one copy of it
 
 
 def _check_periodic(event: Event) -> None:
-    """A cron schedule in a zone or an interval, its bounds, its catch-up; the cron last (it may need croniter)."""
     schedule, every, zone = event.schedule, event.every, event.timezone
     if (schedule is None) == (every is None):
         raise ValueError('give "schedule" (cron, with "timezone") or "every" (an interval such as "90m"), not both')
@@ -251,7 +235,6 @@ def _check_periodic(event: Event) -> None:
 
 
 def _about(key: str, read: Callable[[str], _T], value: str) -> _T:
-    """``read(value)``, its ValueError's reason naming the field."""
     try:
         return read(value)
     except ValueError as exc:
@@ -270,7 +253,6 @@ def _duration(seconds: float) -> str:
 
 
 def _seconds(text: str) -> int:
-    """An interval, whole ``d h m s`` in that order (``90m``, ``1h30m``), in seconds; ValueError why not."""
     if len(text) > 40 or (parts := _INTERVAL.fullmatch(text)) is None:
         raise ValueError(f"{_excerpt(text)!r} is not an interval such as 90m, 1h30m or 2d (d, h, m, s in that order)")
     total = sum(int(count) * size for count, (_, size, _) in zip(parts.groups(), _UNITS, strict=True) if count)
@@ -296,7 +278,6 @@ def _read_iso(text: str) -> datetime:
 
 
 def _instant(text: str) -> float:
-    """An ISO 8601 date-time with its offset (``+01:00``, ``Z``) as epoch seconds; ValueError why not."""
     if (when := _read_iso(text)).utcoffset() is None:  # as the host's local time, it would vary with the host
         raise ValueError(f"has no UTC offset: {_excerpt(text)!r} (add one, e.g. +01:00 or Z)")
     return when.timestamp()
@@ -324,19 +305,14 @@ def _wall(naive: datetime, zone: ZoneInfo) -> tuple[float, str | None]:
     if t0 <= t1:  # ordinary, or repeated: fold 0 is the first pass
         note = f"{clock} happens twice on {naive.date()} in {zone.key}: runs at the first"
         return t0, f"{note} ({naive.replace(tzinfo=zone).tzname()})" if t0 < t1 else None
-    lo, hi = math.floor(t1), math.ceil(t0)  # skipped: the clocks jumped in (t1, t0]; find the second
-    after = datetime.fromtimestamp(t0, zone).utcoffset()
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if datetime.fromtimestamp(mid, zone).utcoffset() == after else (mid, hi)
+    hi = _offset_change(zone, t1, t0)  # skipped: the clocks jumped in (t1, t0]
     end, before = datetime.fromtimestamp(hi, zone), naive - timedelta(seconds=t0 - hi)
     return float(hi), (f"{clock} does not exist on {naive.date()} in {zone.key} (clocks go from {before:%H:%M} to "
                        f"{end:%H:%M}): runs at {end:%H:%M} {end.tzname()}")
 
 
-@lru_cache(maxsize=256)
 def _zone(name: str) -> ZoneInfo:
-    """The IANA zone ``name``; ValueError if there is none (a call that raises caches nothing)."""
+    """The IANA zone ``name`` (ZoneInfo keeps one of each); ValueError if there is none."""
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -362,8 +338,7 @@ def _whole(text: str) -> int | None:
     """A number in ASCII digits, else None; a long one is read as far as needed (int() refuses 4,300 digits)."""
     if not (text.isdigit() and text.isascii()):
         return None
-    digits = text.lstrip("0") or "0"
-    return int(digits) if len(digits) <= 9 else 10**9
+    return min(int(text.lstrip("0")[:10] or "0"), 10**9)
 
 
 class _Field(NamedTuple):
@@ -376,10 +351,9 @@ class _Field(NamedTuple):
     names: dict[str, int] = {}
 
     def value(self, text: str) -> int:
-        value = _whole(text)
-        if value is None and text.lower() in self.names:
+        if text.lower() in self.names:
             return self.names[text.lower()]
-        if value is None:
+        if (value := _whole(text)) is None:
             mark = "#" if "#" in text else text[-1:].upper()
             hint = f" ({_MISPLACED[mark]})" if mark in _MISPLACED else ""
             raise ValueError(f"{_excerpt(text)!r} is not a valid {self.name} value{hint}")
@@ -446,26 +420,22 @@ class _Pattern:
             raise ValueError("empty list item")
         second, minute, hour, dom, month, dow, year = fields
         self.times = f"{_SECOND.plain(second)} {_MINUTE.plain(minute)} {_HOUR.plain(hour)} * * *"
-        self._parse_days(dom, dow)
         self.months = sorted(_MONTH.parse(month))
         # None for every year; else ranges, not a set that could hold 9,999 years
         self.years = None if year in ("*", "?") else [_YEAR.values(item) for item in year.split(",")]
         self.wildcard = minute.startswith(("*", "?")) or hour.startswith(("*", "?"))
-        self.clock: Any = None  # a croniter (it ships no types) for the time of day, set by _cron()
+        self.clock: Any = None  # a croniter (it ships no types) for the time of day, set by _Cron
         self._lock = threading.Lock()  # a croniter keeps state between calls, and a _Pattern is shared
-
-    def _parse_days(self, dom: str, dow: str) -> None:
-        """The day fields, matched as cron(8) and croner do (docs/rules.md, "Day matching")."""
+        # the day fields, matched as cron(8) and croner do (docs/rules.md, "Day matching")
         both, dow = dow.startswith("+"), dow.removeprefix("+")
         if both and not dow:
             raise ValueError("'+' must be followed by the day-of-week, as in +MON")
         self.either = not both and not dom.startswith(("*", "?")) and not dow.startswith(("*", "?"))
         self.dates: set[int] = set()
-        self.ends: set[str] = set()  # "L", "LW"
-        self.nearest: set[int] = set()  # nW
+        self.nearest: set[int] = set()  # nW; in both, 0 stands for the month's last day (L, LW)
         for item in dom.split(","):
             if item.upper() in ("L", "LW"):
-                self.ends.add(item.upper())
+                (self.dates if item.upper() == "L" else self.nearest).add(0)
             elif item.upper().endswith("W") and _whole(item[:-1]) is None:
                 raise ValueError(f"{_excerpt(item)!r}: 'W' follows a single day, as in 15W")
             elif item.upper().endswith("W"):
@@ -474,12 +444,11 @@ class _Pattern:
                 raise ValueError(f"{_excerpt(item)!r}: in day-of-month 'L' stands alone (the last day) or as LW")
             else:
                 self.dates.update(_DOM.values(item))
-        self.weekdays: set[int] = set()
         self.nth: set[tuple[int, int]] = set()  # (weekday, k): the k-th in its month, 1-5, or 0 for the last
         for item in dow.split(","):
             days, sharp, k = item.partition("#")
-            if not sharp and not item.upper().endswith("L"):
-                self.weekdays.update(_DOW.values(item))
+            if not sharp and not item.upper().endswith("L"):  # every one in the month
+                self.nth |= {(day, n) for day in _DOW.values(item) for n in range(1, 6)}
                 continue
             days, k = (days, k) if sharp else (item[:-1], "L")
             if not days:
@@ -488,25 +457,22 @@ class _Pattern:
                 raise ValueError(f"{_excerpt(item)!r}: the number after '#' must be 1 to 5")
             self.nth |= {(day, 0 if k.upper() == "L" else int(k)) for day in _DOW.values(days)}
         self._by_shape: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._last: tuple[tuple[ZoneInfo, int] | None, float | None] = (None, None)
 
     def in_month(self, year: int, month: int) -> tuple[int, ...]:
         """A month's matching days, kept by its shape (the weekday of its 1st, its length): 14 shapes in all."""
         monday_first, length = shape = calendar.monthrange(year, month)
-        if shape in self._by_shape:
-            return self._by_shape[shape]
-        weekday = {day: (monday_first + day) % 7 for day in range(1, length + 1)}  # cron's numbering: Sunday 0
-        workdays = [day for day, name in weekday.items() if 1 <= name <= 5]
-        dates = self.dates | {{"L": length, "LW": workdays[-1]}[end] for end in self.ends}
-        dates |= {min(workdays, key=lambda w: abs(w - n)) for n in self.nearest if n <= length}  # in its month
-        by_weekday = {day for day, name in weekday.items() if name in self.weekdays or (name, (day + 6) // 7)
-                      in self.nth or (day + 7 > length and (name, 0) in self.nth)}
-        days = (dates | by_weekday) if self.either else (dates & by_weekday)
-        self._by_shape[shape] = tuple(sorted(day for day in days if day <= length))
+        if shape not in self._by_shape:
+            weekday = {day: (monday_first + day) % 7 for day in range(1, length + 1)}  # cron's numbering: Sunday 0
+            workdays = [day for day, name in weekday.items() if 1 <= name <= 5]
+            dates = {day or length for day in self.dates}
+            dates |= {min(workdays, key=lambda w: abs(w - (n or length))) for n in self.nearest if n <= length}
+            by_weekday = {day for day, name in weekday.items()
+                          if (name, (day + 6) // 7) in self.nth or (day + 7 > length and (name, 0) in self.nth)}
+            days = (dates | by_weekday) if self.either else (dates & by_weekday)
+            self._by_shape[shape] = tuple(sorted(day for day in days if day <= length))
         return self._by_shape[shape]
 
     def match_after(self, wall: datetime) -> datetime | None:
-        """The first matching wall time strictly after ``wall``; None when its years are over."""
         for day in self._days_from(wall.date()):
             start = wall if day == wall.date() else datetime(day.year, day.month, day.day) - timedelta(seconds=1)
             try:
@@ -527,21 +493,13 @@ class _Pattern:
                                 if (year, month, day) >= (first.year, first.month, first.day))
 
     def next_after(self, zone: ZoneInfo, t: int) -> float | None:
-        """The first run strictly after the whole second ``t``, by the daylight saving rule (see the class); the
-        last answer is kept, for the files judged at one instant share it."""
-        if self._last[0] == (zone, t):
-            return self._last[1]
-        self._last = ((zone, t), self._next_after(zone, t))
-        return self._last[1]
-
-    def _next_after(self, zone: ZoneInfo, t: int) -> float | None:
+        """The first run strictly after the whole second ``t``, by the daylight saving rule (see the class)."""
         local = datetime.fromtimestamp(t, zone)
         wall = local.replace(tzinfo=None)
         span = wall.replace(tzinfo=zone, fold=1).timestamp() - wall.replace(tzinfo=zone, fold=0).timestamp()
         if not span:
             return self._first_pass(zone, wall, t)
-        # t lies in a repeated hour, walls [a, b): from its second pass, the first passes up to b are over;
-        # a wildcard job also runs the second pass's matches
+        # in a repeated hour, walls [a, b): from its second pass the first passes are over; a wildcard runs both
         a = datetime.fromtimestamp(_offset_change(zone, t - span, t + span), zone).replace(tzinfo=None)
         b = a + timedelta(seconds=span)
         first, second = (b - _US, wall) if local.fold else (wall, a - _US)
@@ -553,18 +511,13 @@ class _Pattern:
         return repeat if best is None else min(best, repeat)
 
     def _first_pass(self, zone: ZoneInfo, wall: datetime, t: float) -> float | None:
-        """The first run after ``t`` of the walls after ``wall``, each repeated wall read as its first pass."""
+        """The first run after ``t`` from ``wall`` on: a repeated wall's first pass, a skipped one's gap end."""
         while (found := self.match_after(wall)) is not None:
-            first_pass, second_pass = (found.replace(tzinfo=zone, fold=fold).timestamp() for fold in (0, 1))
-            if first_pass > second_pass:  # in a spring-forward gap: once at its end, or (a wildcard job) not at all
-                end = _wall(found, zone)[0]
-                if not self.wildcard and end > t:
-                    return end
-                wall = datetime.fromtimestamp(end, zone).replace(tzinfo=None) - _US
-            elif first_pass > t:
-                return first_pass
-            else:
-                wall = found
+            run = _wall(found, zone)[0]
+            shown = datetime.fromtimestamp(run, zone).replace(tzinfo=None)  # found, unless it was skipped
+            if run > t and (shown == found or not self.wildcard):
+                return run
+            wall = max(found, shown - _US)
         return None
 
     def note(self, zone: ZoneInfo, low: datetime, high: datetime, gap: bool) -> str | None:
@@ -584,14 +537,10 @@ class _Pattern:
 
 def _offset_change(zone: ZoneInfo, low: float, high: float) -> int:
     """The instant of the one offset change in (low, high], to the second, by bisection."""
-    target, low, high = datetime.fromtimestamp(high, zone).utcoffset(), math.floor(low), math.ceil(high)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if datetime.fromtimestamp(middle, zone).utcoffset() == target:
-            high = middle
-        else:
-            low = middle
-    return int(high)
+    target = datetime.fromtimestamp(high, zone).utcoffset()
+    seconds = range(math.floor(low) + 1, math.ceil(high) + 1)
+    changed = lambda t: datetime.fromtimestamp(t, zone).utcoffset() == target
+    return seconds[bisect.bisect_left(seconds, True, key=changed)]
 
 
 @lru_cache(maxsize=64)
@@ -603,25 +552,36 @@ def _transitions(zone: ZoneInfo, day: int) -> tuple[int, ...]:
                  for (later, before), (_, after) in itertools.pairwise(offsets) if before != after)
 
 
-class _Cron(NamedTuple):
-    """A schedule in its zone: the union of its " | "-joined patterns' runs (each pass of an hour its own)."""
+class _Cron:
+    """A schedule in its zone, checked once: the union of its " | "-joined patterns' runs (each pass its own)."""
 
-    patterns: list[_Pattern]
-    zone: ZoneInfo
+    def __init__(self, schedule: str, timezone: str) -> None:
+        self.zone = _zone(timezone)
+        if len(schedule) > 1000:  # the cache holds what it is given: a valid one could be a megabyte of spaces
+            raise ValueError(f"the schedule is {len(schedule)} characters long (at most 1000)")
+        self.patterns: list[_Pattern] = []
+        for text in schedule.split(" | "):
+            try:
+                self.patterns.append(_Pattern(text))
+            except ValueError as exc:
+                raise ValueError(f"bad schedule {_excerpt(text)!r}: {exc}") from None
+        try:
+            croniter = importlib.import_module("croniter").croniter
+        except ImportError:
+            raise _CronMissing("periodic events need croniter (pip install croniter)") from None
+        # croniter: the time of day; the module: days, months, years (cron(8)'s day rule, croner's L W #, any year)
+        for text, pattern in zip(schedule.split(" | "), self.patterns, strict=True):
+            pattern.clock = croniter(pattern.times, datetime(2001, 1, 1), second_at_beginning=True)
+            if pattern.match_after(datetime(2001, 1, 1)) is None:
+                raise ValueError(f"bad schedule {_excerpt(text)!r}: it never fires")
 
     def next_after(self, t: float) -> float | None:
-        """The first run strictly after epoch ``t``; None when no run is left."""
-        if t >= _LAST_RUN:
-            return None
-        second = math.floor(max(t, _FIRST_RUN))  # runs fall on whole seconds: after t is after its second
-        runs = [run for pattern in self.patterns if (run := pattern.next_after(self.zone, second)) is not None]
-        return min(runs, default=None)
+        return None if t >= _LAST_RUN else _next_run(self, math.floor(max(t, _FIRST_RUN)))  # runs fall on whole seconds
 
     def notes(self, now: float) -> list[str]:
         """What the zone's next clock changes do to the runs, said aloud once each (logged, and in --check)."""
-        said: list[str] = []
-        changes = [change for change in _transitions(self.zone, math.floor(now / 86400)) if change > now]
-        for change in changes[:2]:  # the next spring-forward and fall-back (or one, in a zone that changes once)
+        said: list[str] = []  # of the next spring-forward and fall-back (or one, in a zone that changes once):
+        for change in [change for change in _transitions(self.zone, math.floor(now / 86400)) if change > now][:2]:
             before = datetime.fromtimestamp(change - 1, self.zone).replace(tzinfo=None) + timedelta(seconds=1)
             after = datetime.fromtimestamp(change, self.zone).replace(tzinfo=None)
             low, high = sorted((before, after))  # the walls skipped, or repeated
@@ -630,29 +590,13 @@ class _Cron(NamedTuple):
         return said
 
 
-@lru_cache(maxsize=256)
-def _cron(schedule: str, timezone: str) -> _Cron:
-    """Checked once, cached (a failure is not): ValueError(reason) if bad, _CronMissing if good but no croniter."""
-    zone = _zone(timezone)
-    if len(schedule) > 1000:  # the cache holds what it is given: a valid one could be a megabyte of spaces
-        raise ValueError(f"the schedule is {len(schedule)} characters long (at most 1000)")
-    patterns = []
-    for text in schedule.split(" | "):
-        try:
-            patterns.append(_Pattern(text))
-        except ValueError as exc:
-            raise ValueError(f"bad schedule {_excerpt(text)!r}: {exc}") from None
-    try:
-        croniter = importlib.import_module("croniter").croniter
-    except ImportError:
-        raise _CronMissing("periodic events need croniter (pip install croniter)") from None
-    # croniter gets the time of day as plain lists; days, months and years are matched here, where croniter is
-    # wrong or lacking: cron(8)'s either-day rule with n#k, croner's L, LW, nW and n#L, years over 50 ahead
-    for text, pattern in zip(schedule.split(" | "), patterns, strict=True):
-        pattern.clock = croniter(pattern.times, datetime(2001, 1, 1), second_at_beginning=True)
-        if pattern.match_after(datetime(2001, 1, 1)) is None:
-            raise ValueError(f"bad schedule {_excerpt(text)!r}: it never fires")
-    return _Cron(patterns, zone)
+_cron = lru_cache(maxsize=256)(_Cron)  # checked once; a failure (ValueError, _CronMissing) is not cached
+
+
+@lru_cache(maxsize=64)
+def _next_run(cron: _Cron, second: int) -> float | None:
+    """The first run after the whole ``second``; cached, for the files judged at one instant share the answer."""
+    return min((r for p in cron.patterns if (r := p.next_after(cron.zone, second)) is not None), default=None)
 
 
 def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
@@ -678,6 +622,8 @@ _COARSE = 2.0
 class _Timing:
     """When a scheduled event's occurrences fall, bounded by its ``start`` and ``until``."""
 
+    __slots__ = ("zone", "start", "until")  # one a file: 10,000 of them
+
     def __init__(self, zone: tzinfo, start: float = -math.inf, until: float = math.inf) -> None:
         self.zone = zone  # in which an occurrence's due time is shown
         self.start = start
@@ -697,6 +643,8 @@ class _Timing:
 
 
 class _Once(_Timing):
+    __slots__ = ("at", "note")
+
     def __init__(self, at: float, note: str | None, zone: tzinfo) -> None:
         super().__init__(zone)
         self.at = at
@@ -710,6 +658,8 @@ class _Once(_Timing):
 
 
 class _OnCron(_Timing):
+    __slots__ = ("cron",)
+
     def __init__(self, schedule: str, timezone: str, start: float, until: float) -> None:
         super().__init__(_zone(timezone), start, until)
         self.cron = _cron(schedule, timezone)
@@ -724,6 +674,8 @@ class _OnCron(_Timing):
 class _Every(_Timing):
     """Every so long from ``start``, else from the file's mtime floored to the second (the first run one
     interval later): a restart keeps the phase, and an ``until`` written as "now + 3 minutes" its last run."""
+
+    __slots__ = ("step", "origin", "first")
 
     def __init__(self, every: str, origin: float, first: int, zone: tzinfo, start: float, until: float) -> None:
         super().__init__(zone, start, until)
@@ -761,9 +713,8 @@ _TIMINGS = {"one-shot": _one_shot_timing, "periodic": _periodic_timing}
 
 @dataclass(frozen=True)
 class _Verdict:
-    """What becomes of a valid file now: ``run`` at once (``due``: the occurrence it runs, None for an
-    immediate; ``next_due``: a periodic's next after it), ``schedule`` at ``due``, or one of ``stale``,
-    ``missed``, ``ended``, ``invalid``, with the ``reason`` the log, the history and the agent are given."""
+    """What becomes of a valid file now: ``run`` at once (the occurrence ``due``, then ``next_due``), ``schedule``
+    at ``due``, or ``stale``, ``missed``, ``ended``, ``invalid``, with the ``reason`` that is logged and told."""
 
     outcome: str
     due: float | None = None
@@ -833,7 +784,6 @@ def _latest(timing: _Timing, low: float, high: float) -> float | None:
 
 
 def _written_late(event: Event, timing: _Timing, now: float) -> str:
-    """Why a file written after its (last) time will not run."""
     if isinstance(timing, _Once):
         return f'"at" {event.at} is {_duration(now - timing.at)} in the past (it is now {_iso(now, timing.zone)})'
     return f"it was written after its last run (it is now {_iso(now, timing.zone)})"
@@ -884,7 +834,7 @@ def _is_event_name(name: str) -> bool:
 class _Scanner:
     """Polls one directory.  A poll is one ``stat`` of the directory; it is listed again only when its mtime
     changed (or is racy), and a sweep stats the known files in turn for rewrites in place.  ``poll`` yields
-    ``(name, stat or None)`` for each file created, changed or deleted since the last one."""
+    ``(name, signature or None)`` for each file created, changed or deleted since the last one."""
 
     def __init__(self, path: str, ignore: Callable[[str], bool] = lambda name: False) -> None:
         self.path = path
@@ -894,27 +844,31 @@ class _Scanner:
         self.odd: dict[str, _Signature] = {}  # *.json that are not regular files, warned about
         self.trouble: str | None = None  # the directory's last listing error, said once
         self._dir: _Signature | None = None
+        self._fd = -1  # the directory, open: a stat through it costs half as much as by path
         self._cursor: list[str] = []
         self._owed = 0.0  # files the sweep owes, at _SWEEP_RATE
         self._last = time.monotonic()
 
-    def poll(self) -> Iterator[tuple[str, os.stat_result | None]]:
+    def poll(self) -> Iterator[tuple[str, _Signature | None]]:
         now = time.time()
         try:
             st = os.stat(self.path)
+            if self._dir is None or self._dir[0] != st.st_ino:  # first, or a directory made anew
+                self.close()
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             yield from self._lost(exc)
             return
-        if self._dir != _signature(st) or _is_racy(st, now):
-            self._dir = _signature(st)
+        if self._dir != (sig := _signature(st)) or _is_racy(st, now):
+            self._dir = sig
             yield from self._list(now)
         else:
             yield from self._sweep(now)
 
-    def _list(self, now: float) -> Iterator[tuple[str, os.stat_result | None]]:
+    def _list(self, now: float) -> Iterator[tuple[str, _Signature | None]]:
         try:
-            with os.scandir(self.path) as entries:
-                found = {e.name: e for e in entries if _is_event_name(e.name) and not self.ignore(e.name)}
+            with os.scandir(self._fd) as entries:
+                found = {e.name: e.inode() for e in entries if _is_event_name(e.name) and not self.ignore(e.name)}
         except OSError as exc:
             yield from self._lost(exc)
             return
@@ -923,36 +877,40 @@ class _Scanner:
             self.trouble = None
         self.odd = {name: sig for name, sig in self.odd.items() if name in found}
         seen = []
-        for name, entry in found.items():
+        for name, inode in found.items():
+            known = self.known.get(name)
+            if known and known[0] == inode and name not in self.racy:
+                continue  # the same file: the sweep looks at it (a listing stats only the new and the replaced)
             try:
-                st = entry.stat()
+                st: os.stat_result | None = os.stat(name, dir_fd=self._fd)
             except OSError:
                 st = None
-            seen.append((st.st_mtime if st else 0.0, name, st))
+            seen.append((st.st_mtime_ns if st else 0, name, st))
         for _, name, st in sorted(seen, key=lambda item: item[:2]):  # in order of mtime, then name
             yield from self._look(name, st, now)
         for name in [name for name in self.known if name not in found]:
             yield from self._look(name, None, now)
 
-    def _sweep(self, now: float) -> Iterator[tuple[str, os.stat_result | None]]:
+    def _sweep(self, now: float) -> Iterator[tuple[str, _Signature | None]]:
         """Stat the files owed since the last poll, in turn, and the racy ones every time."""
         mono = time.monotonic()
         self._owed = min(self._owed + (mono - self._last) * _SWEEP_RATE, len(self.known) + 1.0)
         self._last = mono
-        names = set(self.racy)
+        names = list(self.racy)
         while self._owed >= 1 and self.known:
             if not self._cursor:
                 self._cursor = list(self.known)
-            names.add(self._cursor.pop())
+            names.append(self._cursor.pop())
             self._owed -= 1
-        for name in sorted(names):
+        for name in names:
             try:
-                st: os.stat_result | None = os.stat(os.path.join(self.path, name))
+                st = os.stat(name, dir_fd=self._fd)
             except OSError:
                 st = None
-            yield from self._look(name, st, now)
+            if st is None or self.known.get(name) != _signature(st) or name in self.racy:  # else: as it was
+                yield from self._look(name, st, now)
 
-    def _look(self, name: str, st: os.stat_result | None, now: float) -> Iterator[tuple[str, os.stat_result | None]]:
+    def _look(self, name: str, st: os.stat_result | None, now: float) -> Iterator[tuple[str, _Signature | None]]:
         """Compare one file's stat with what is known; a racy file is handed on again, to be read again."""
         if st is not None and not stat.S_ISREG(st.st_mode):
             if self.odd.get(name) != _signature(st):  # said once, until it changes
@@ -964,12 +922,17 @@ class _Scanner:
                 self.racy.discard(name)
                 yield name, None
             return
-        if self.known.get(name) != _signature(st) or name in self.racy:
-            self.known[name] = _signature(st)
-            yield name, st
+        if self.known.get(name) != (sig := _signature(st)) or name in self.racy:
+            self.known[name] = sig
+            yield name, sig
         (self.racy.add if _is_racy(st, now) else self.racy.discard)(name)
 
-    def _lost(self, exc: OSError) -> Iterator[tuple[str, os.stat_result | None]]:
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _lost(self, exc: OSError) -> Iterator[tuple[str, _Signature | None]]:
         """The directory cannot be listed: said once; its files count as gone until it can."""
         if self.trouble != str(exc):
             self.trouble = str(exc)
@@ -1026,7 +989,7 @@ class _Schedule:
 # --- The channel queues: one run at a time per channel, at most max_queued waiting ---
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Job:
     """One run on a channel: an occurrence of a file's ``event``, a notice, or a user's function."""
 
@@ -1044,7 +1007,7 @@ class _Channels:
 
     def __init__(self, max_queued: int, spawn: Callable[[Callable[[], None]], object], linger: float) -> None:
         self.max_queued = max_queued
-        self._spawn = spawn
+        self.spawn = spawn  # how a worker is started (a start-up holds them until it is done)
         self._linger = linger
         self._lock = threading.Condition()
         self._waiting: dict[str, deque[_Job]] = {}  # a channel is here while it is busy
@@ -1069,19 +1032,8 @@ class _Channels:
             if self._idle >= len(self._ready):  # a waiting worker takes it
                 self._lock.notify()
                 return True
-        self._spawn(self._work)
+        self.spawn(self._work)
         return True
-
-    def hold(self) -> Callable[[], None]:
-        """Start no worker until the returned function is called (a start-up lets nothing run before it is done)."""
-        spawn, held = self._spawn, list[Callable[[], None]]()
-        self._spawn = held.append
-
-        def release() -> None:
-            self._spawn = spawn
-            for work in held:
-                spawn(work)
-        return release
 
     def submit(self, channel: str, fn: Callable[[], None]) -> bool:
         """A user's own message: refused while the channel runs or has anything waiting."""
@@ -1340,13 +1292,13 @@ def _interrupted(event: Event) -> Event:
                  f"It was: {event.message}")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _File:
     """One event file, as last read: one record per file, from first sight to deletion."""
 
     name: str
     sig: _Signature
-    digest: bytes = b""
+    digest: int | None = None  # of the content last read
     event: Event | None = None
     timing: _Timing | None = None
     tries: int = 0  # reads that failed in a row while it may be mid-write
@@ -1377,18 +1329,17 @@ class _Files:
         self.s = setup
         self.files: dict[str, _File] = {}
 
-    def seen(self, name: str, st: os.stat_result | None, now: float,
+    def seen(self, name: str, sig: _Signature | None, now: float,
              down: tuple[float, float] | None = None, began: float = -math.inf) -> None:
-        """The scanner's news of one file: gone (``st`` None), new, changed, or to be read again (racy)."""
+        """The scanner's news of one file: gone (``sig`` None), new, changed, or to be read again (racy)."""
         file = self.files.get(name)
-        if st is None:
+        if sig is None:
             if file is not None:
                 self._cancel(self.files.pop(name))
-        elif file is None:
-            self.files[name] = file = _File(name, _signature(st))
-            self._read(file, now, down, began)
-        else:
-            self._read(file, now, down, began)
+            return
+        if file is None:
+            self.files[name] = file = _File(name, sig)
+        self._read(file, now, down, began)
 
     def due(self, due: float, name: str, now: float) -> None:
         """A file's entry in the schedule came up: its occurrence, or its next read while it is bad."""
@@ -1410,16 +1361,18 @@ class _Files:
         with open(fd, "rb") as handle:
             st = os.fstat(fd)
             data = handle.read(MAX_FILE_BYTES + 1) if stat.S_ISREG(st.st_mode) else b""
-            changing = _signature(os.fstat(fd)) != _signature(st)
+            sig = _signature(st)
+            changing = os.fstat(fd).st_ctime_ns != st.st_ctime_ns  # every write sets it
         if changing or not stat.S_ISREG(st.st_mode):  # written as it was read: the scan hands it on again (racy)
             return
-        digest = hashlib.sha256(data).digest()
+        digest = hash(data)  # within this process, as good as a cryptographic one for telling a change
         if digest == file.digest and st.st_mtime_ns == file.sig[2] and not again:
             return  # read again while racy: the same
         self._cancel(file)
         if digest != file.digest:
             file.tries = 0  # still being written: the retries start over
-        file.sig, file.digest, file.event, file.timing = _signature(st), digest, None, None
+        file.sig = file.sig if sig == file.sig else sig  # the scanner's own: one copy of it for 10,000 files
+        file.digest, file.event, file.timing = digest, None, None
         try:
             event, unknown = _parse(data, file.name)
             written = min(st.st_mtime, now)  # an mtime ahead of the clock (cp -p, touch -d) is no later than now
@@ -1694,8 +1647,8 @@ class EventsWatcher:
         now = self.clock() if now is None else now
         self._touch(now)  # before anything fires: what fell due before a harness's last sign of life had fired
         if scan:
-            for name, st in self._scanner.poll():
-                self._guarded(name, self._files.seen, name, st, now)
+            for name, sig in self._scanner.poll():
+                self._guarded(name, self._files.seen, name, sig, now)
         for due, name in self._schedule.pop_due(now):
             self._guarded(name, self._files.due, due, name, now)
         if not self._beat <= now < self._beat + _BEAT:
@@ -1753,6 +1706,7 @@ class EventsWatcher:
     def _unlock(self, wait: float | None = 0.0) -> None:
         """Let the lock go, once the runs still going have ended: a standby must never run beside them."""
         self._channels.wait(wait)
+        self._scanner.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -1775,16 +1729,19 @@ class EventsWatcher:
         alive = st.st_mtime + 0.001 if st.st_size else -math.inf
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.directory, _JOURNAL))
-        now, held = self.clock(), self._channels.hold()
+        now, spawn, held = self.clock(), self._channels.spawn, list[Callable[[], None]]()
+        self._channels.spawn = held.append  # nothing runs before the start-up is done
         began = self._files.recover()
-        for name, entry in self._scanner.poll():
-            self._guarded(name, self._files.seen, name, entry, now, (alive, now), began.get(name, -math.inf))
+        for name, sig in self._scanner.poll():
+            self._guarded(name, self._files.seen, name, sig, now, (alive, now), began.get(name, -math.inf))
         os.ftruncate(self._lock_fd, 0)  # its PID and its first sign of life: from now on, it counts as one that ran
         os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
         if self.systemd:
             _sd_notify("READY=1\nSTATUS=watching")
         self._touch(now)
-        held()  # and only now does anything run
+        self._channels.spawn = spawn
+        for work in held:  # only now does anything run
+            spawn(work)
         log.info("watching %s (%d events scheduled)", self.directory, len(self._schedule))
 
     def _run(self) -> None:
@@ -1795,7 +1752,7 @@ class EventsWatcher:
         while not self._stopping.is_set():
             due = self.step()
             delay = self.poll_interval if due is None else min(self.poll_interval, due - self.clock())
-            self._stopping.wait(max(0.0, delay))
+            time.sleep(max(0.0, delay))  # the cheapest wait: a timed wait on a lock costs half as much again
 
     def _touch(self, now: float) -> None:
         """The last sign of life: the lock file's mtime, on this watcher's clock, set at every step."""
@@ -1937,7 +1894,7 @@ A periodic event skips the runs it missed while no harness ran, unless its file 
 missed run once, late, however long ago; a span such as `"12h"`, only if it is no later than that. Each channel runs
 one event at a time; a few more wait (5 by default) and the rest are discarded (notices never are). A program that
 reports many things should append them to a file and write an event only when none is pending.
-"""
+{history}"""
 
 _HISTORY = """
 ### Did it run? The history
@@ -1978,8 +1935,10 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
         parse_event(example("immediate", "x"), "x.json")  # a channel no event could name is an error
     except EventError as exc:
         raise ValueError(f"channel ID {channel_id!r}: {exc.reason}") from None
-    text = _MANUAL.format(
-        dir=directory, qdir=shlex.quote(directory), tz=tz, at=at,
+    more = "" if history is None else _HISTORY.format(history=os.fspath(history),
+                                                       qhistory=shlex.quote(os.fspath(history)))
+    return _MANUAL.format(
+        dir=directory, qdir=shlex.quote(directory), tz=tz, at=at, history=more,
         check=cli + (f" --timezone {shlex.quote(name)}" if name else ""),
         tz_text=name or f"UTC{datetime.now().astimezone().isoformat()[-6:]} (no IANA name is known)",
         now=f"TZ={shlex.quote(name)} date -Iseconds" if name else "date -Iseconds",
@@ -1991,9 +1950,6 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
                          until=until, catchUp="12h"),
         listed=example("periodic", "Water the plants", schedule=["0 8 * * 1-5", "0 10 * * 0,6"], timezone=tz),
         every=example("periodic", "Check the build", every="90m"))
-    if history is None:
-        return text
-    return text + _HISTORY.format(history=os.fspath(history), qhistory=shlex.quote(os.fspath(history)))
 
 
 def _one_line(text: str) -> str:
@@ -2002,53 +1958,58 @@ def _one_line(text: str) -> str:
 
 
 class _OneLineFormatter(logging.Formatter):
-    """The CLI's log lines: one per record (a traceback too), escaped as the printer escapes."""
-
     def format(self, record: logging.LogRecord) -> str:
         return _one_line(super().format(record))
 
 
-class _CommandFailed(Exception):
-    """The --exec command failed: one error line, no traceback; the file goes as for a failing handler."""
+class _Handler:
+    """The CLI's handler: a flushed line per event on stdout, escaped (JSON escapes by itself); with --exec, then
+    ``/bin/sh -c CMD`` in a session of its own, the event on stdin and in MOM_EVENT_* (never in its arguments), its
+    output on stderr; a failure raises ChildProcessError, logged in one line with no traceback."""
 
-
-def _environment(event: Event, run_id: str) -> dict[bytes, bytes]:
-    """The event in MOM_EVENT_* (NUL as ``\\0``; cut to 64 KiB at a character: stdin has it whole); MOM_EVENT_RUN."""
-    when = event.at or event.schedule or (f"every {event.every}" if event.every else event.type)
-    fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
-              "MESSAGE": event.message, "SCHEDULE": when, "DUE": event.due.isoformat() if event.due else ""}
-    env = {**os.environb, b"MOM_EVENT_RUN": run_id.encode()}
-    limit = 1 << 16  # bytes a value; Linux takes 128 KiB a variable, 2 MiB in all
-    for key, value in fields.items():  # a lone surrogate (JSON allows "\ud800") spelt out, as UTF-8 cannot hold it
-        data = value.encode("utf-8", "backslashreplace").replace(b"\0", b"\\0")
-        if len(data) > limit:
-            marker = f" [cut: {len(data)} bytes in all; the whole message is on stdin]".encode()
-            data = data[:limit - len(marker)].decode(errors="ignore").encode() + marker
-        env[f"MOM_EVENT_{key}".encode()] = data
-    return env
-
-
-class _Commands:
-    """--exec: ``/bin/sh -c CMD`` per event in a session of its own, the event on stdin and in MOM_EVENT_*, never on
-    its command line; its output on stderr.  _stop_run ends all a run's processes, whatever session they move to."""
-
-    def __init__(self, command: str | None, timeout: float | None) -> None:
+    def __init__(self, as_json: bool, command: str | None, timeout: float | None) -> None:
+        self.as_json = as_json
         self.command = command
         self.timeout = timeout
-        self.lock = threading.Lock()  # held while a command starts, so that stop_all sees every run
+        self.lock = threading.RLock()  # to print, or start a command (stop_all sees all); a signal may re-enter it
         self.running: set[str] = set()
         self.stopping = False
 
     def __call__(self, event: Event) -> None:
+        fired = datetime.now().astimezone().isoformat(timespec="milliseconds")
+        if self.as_json:
+            line = json.dumps({
+                "firedAt": fired, "filename": event.filename, "type": event.type, "channelId": event.channel_id,
+                "text": event.text, "message": event.message, "at": event.at, "schedule": event.schedule,
+                "timezone": event.timezone, "late": event.late, "dueAt": event.due and event.due.isoformat()})
+        else:  # a ] in the name too: the [EVENT:...] tag ends at its first ]
+            tagged = replace(event, filename=event.filename.replace("]", r"\x5d"))
+            line = f"{fired} {_one_line(event.channel_id)} {_one_line(tagged.message)}"
+        with self.lock:
+            print(line, flush=True)
+        if self.command is not None:
+            self._run(self.command, event)
+
+    def _run(self, command: str, event: Event) -> None:
         run_id = _run_id() or os.urandom(8).hex()  # a handler called outside a watcher's run has no id
+        env = {**os.environb, b"MOM_EVENT_RUN": run_id.encode()}
+        when = event.at or event.schedule or (f"every {event.every}" if event.every else event.type)
+        fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
+                  "MESSAGE": event.message, "SCHEDULE": when, "DUE": event.due.isoformat() if event.due else ""}
+        for key, value in fields.items():  # a lone surrogate (JSON allows "\ud800") spelt out, as UTF-8 cannot hold it
+            data = value.encode("utf-8", "backslashreplace").replace(b"\0", b"\\0")
+            if len(data) > 1 << 16:  # cut at a character (stdin has it whole); Linux takes 128 KiB a variable
+                marker = f" [cut: {len(data)} bytes in all; the whole message is on stdin]".encode()
+                data = data[:(1 << 16) - len(marker)].decode(errors="ignore").encode() + marker
+            env[f"MOM_EVENT_{key}".encode()] = data
         with self.lock:
             if self.stopping:
                 raise _CutShort("command not started: the harness is stopping")
             try:
-                proc = subprocess.Popen(["/bin/sh", "-c", self.command or ""], stdin=subprocess.PIPE, stdout=2,
-                                        env=_environment(event, run_id), start_new_session=True)
+                proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=2,
+                                        env=env, start_new_session=True)
             except OSError as exc:
-                raise _CommandFailed(f"command failed: cannot start it: {exc.strerror or exc}") from None
+                raise ChildProcessError(f"command failed: cannot start it: {exc.strerror or exc}") from None
             self.running.add(run_id)
         failure = None
         try:
@@ -2065,35 +2026,14 @@ class _Commands:
             names = {int(signo): signo.name for signo in signal.Signals}
             failure = f"exit status {status}" if status > 0 else f"killed by {names.get(-status, f'signal {-status}')}"
         if failure:
-            raise _CommandFailed(f"command failed: {failure}")
+            raise ChildProcessError(f"command failed: {failure}")
 
     def stop_all(self, kill: bool = False) -> None:
         """Start no run and stop all that run: the grace ran out, or (``kill``: SIGKILL at once) a second signal."""
         self.stopping = True
-        with self.lock:
+        with self.lock:  # a command being started is in self.running after this
             run_ids = list(self.running)
         _stop_run(*run_ids, wait=0 if kill else 1.0)
-
-
-def _printer(as_json: bool, commands: _Commands) -> Callable[[Event], None]:
-    """The CLI's handler: one flushed line per event on stdout, escaped (JSON escapes by itself), then --exec's."""
-    lock = threading.Lock()
-
-    def handler(event: Event) -> None:
-        fired = datetime.now().astimezone().isoformat(timespec="milliseconds")
-        if as_json:
-            line = json.dumps({
-                "firedAt": fired, "filename": event.filename, "type": event.type, "channelId": event.channel_id,
-                "text": event.text, "message": event.message, "at": event.at, "schedule": event.schedule,
-                "timezone": event.timezone, "late": event.late, "dueAt": event.due and event.due.isoformat()})
-        else:  # a ] in the name too: the [EVENT:...] tag ends at its first ]
-            tagged = replace(event, filename=event.filename.replace("]", r"\x5d"))
-            line = f"{fired} {_one_line(event.channel_id)} {_one_line(tagged.message)}"
-        with lock:
-            print(line, flush=True)
-        if commands.command is not None:
-            commands(event)
-    return handler
 
 
 _AGENDA_MOST = 10_000  # runs an agenda shows: a span of a file every second is 604,800 a week
@@ -2190,7 +2130,12 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
     zone, now = _zone(user) if user else datetime.now().astimezone().tzinfo or UTC, time.time()
     agenda: _Agenda = []
     out, bad = [], 0
-    down = None if files and files[0][0] == path else _down(path, now)
+    try:
+        alive = os.stat(os.path.join(path, _LOCK)).st_mtime  # the last sign of life of a harness
+    except OSError:
+        alive = -math.inf  # unknown
+    # judged as a running harness sees it (its lock file is fresh, or one draft), else as a start-up now would
+    down = None if files and files[0][0] == path or now - alive <= 3 * _BEAT else (alive, now)
     for file, name in files:
         original = name.removesuffix(".rejected") if file != path else name  # judged again as NAME.json
         ok, said = _check_file(file, original, now, zone, agenda if original == name else [], down)
@@ -2204,19 +2149,8 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
         out.append(f"{name}: {said}")
     out += _agenda(agenda, upcoming, now, zone) if upcoming else []
     out.append(f"checked {path}: {len(files) - bad} will run, {bad} will not")
-    sys.stdout.writelines(_one_line(line) + "\n" for line in out)
-    sys.stdout.flush()
+    print("\n".join(map(_one_line, out)), flush=True)
     return 1 if bad else 0
-
-
-def _down(directory: str, now: float) -> tuple[float, float] | None:
-    """None while a harness holds the directory (its lock file's mtime is fresh); else the window a start-up now
-    would judge by: from the last sign of life (unknown without a lock file) to now."""
-    try:
-        alive = os.stat(os.path.join(directory, _LOCK)).st_mtime
-    except OSError:
-        return -math.inf, now
-    return None if now - alive <= 3 * _BEAT else (alive, now)
 
 
 def _number(text: str, positive: bool = False) -> float:
@@ -2295,44 +2229,42 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     """Watch until SIGTERM/SIGINT: 0 if the runs end within the grace, else 1; a second signal leaves at once."""
     stop = threading.Event()
-    commands = _Commands(args.exec, args.exec_timeout)
+    handler = _Handler(args.json, args.exec, args.exec_timeout)
 
     def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():  # nothing of a run outlives the harness
-            commands.stop_all(kill=True)
+            handler.stop_all(kill=True)
             log.warning("stopped at once on a second signal (exit status %d)", 128 + signum)
             os._exit(128 + signum)
         stop.set()
 
     def report(event: Event, exc: BaseException) -> None:  # a failed command is one line, anything else a traceback
-        log.error("%s: %s", event.filename, exc, exc_info=None if isinstance(exc, _CommandFailed) else exc)
+        log.error("%s: %s", event.filename, exc, exc_info=None if isinstance(exc, ChildProcessError) else exc)
 
-    def shut_down() -> int:
-        log.info("stopping; running events have %g s to finish", args.grace)
-        if not (still_running := watcher.stop(timeout=args.grace)):
-            return 0
-        log.warning("grace period over; stopping what still runs on channels %s", ", ".join(still_running))
-        commands.stop_all()
-        return 1
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:
-        watcher = EventsWatcher(args.dir, _printer(args.json, commands), on_error=report, poll_interval=args.poll,
+        watcher = EventsWatcher(args.dir, handler, on_error=report, poll_interval=args.poll,
                                 max_queued=args.max_queued, history=args.history, misfire_grace=args.misfire_grace,
                                 standby=args.standby, notify=args.notify, systemd=True, timezone=args.timezone)
         watcher.start()
     except (ValueError, OSError) as exc:  # EventError: already watched
         log.error("cannot watch %s: %s", args.dir, getattr(exc, "strerror", None) or exc)
         return 2
-    # Python runs a signal's handler only when the main thread runs Python code: it waits in short steps, and
-    # shuts down on a thread of its own, to hear a second signal even when the kernel gives it elsewhere.
+    # Python runs a signal's handler only when the main thread runs Python code: it waits in short steps, and the
+    # watcher stops on a thread of its own, to hear a second signal even when the kernel gives it elsewhere.
     while not stop.wait(0.2):
         pass
+    log.info("stopping; running events have %g s to finish", args.grace)
     with ThreadPoolExecutor(1) as pool:
-        done = pool.submit(shut_down)
+        done = pool.submit(watcher.stop, timeout=args.grace)
         while not wait([done], 0.2).done:
             pass
-    return done.result()
+    if not (still_running := done.result()):
+        return 0
+    log.warning("grace period over; stopping what still runs on channels %s", ", ".join(still_running))
+    handler.stop_all()  # a second signal may come meanwhile: it kills them at once
+    return 1
 
 
 if __name__ == "__main__":
