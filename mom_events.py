@@ -732,7 +732,7 @@ def _judge(event: Event, mtime: float, now: float, timing: _Timing | None,
         if down is not None and down[0] + _COARSE < mtime < down[1] - _COARSE:
             return _Verdict("stale", reason="it was written while no harness was running")
         return _Verdict("run")
-    following = timing.next_after(now)
+    following = timing.next_after(now if down is None else max(now, down[0]))  # a clock stepped back: not again
     first = timing.next_after(mtime) if following is None or isinstance(timing, _Once) else following
     if first is None or (isinstance(timing, _Once) and mtime >= first):
         return _Verdict("invalid", reason=_written_late(event, timing, now))
@@ -1105,9 +1105,6 @@ class _Channels:
 
 # --- The history: one JSON line per outcome, for the agent and its operator ---
 
-_HISTORY_TAIL = 8 << 20  # what --check reads back of it
-
-
 class _History:
     """Appends a JSON line per outcome to ``path`` (none when None).  Each line is one append, so lines never
     interleave, and starts on a fresh line, so a torn last line (a harness killed while writing it) never
@@ -1142,25 +1139,6 @@ class _History:
         if self._failing:
             log.warning("history %s can be written again", self.path)
             self._failing = False
-
-
-def _last_outcomes(path: str) -> dict[str, dict[str, object]]:
-    """Each file's last outcome in the history's last 8 MiB (a notice's lines are not its file's outcome)."""
-    try:
-        with open(path, "rb") as history:
-            history.seek(max(0, os.fstat(history.fileno()).st_size - _HISTORY_TAIL))
-            lines = history.read().splitlines()
-    except OSError:
-        return {}
-    last: dict[str, dict[str, object]] = {}
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:  # a torn line, or the first one cut by the seek
-            continue
-        if isinstance(record, dict) and record.get("type") in TYPES:
-            last[str(record.get("filename"))] = record
-    return last
 
 
 # --- The files and their runs: what each file becomes, and the markers that outlive a crash ---
@@ -1375,8 +1353,8 @@ class _Files:
         file.digest, file.event, file.timing = digest, None, None
         try:
             event, unknown = _parse(data, file.name)
-            written = min(st.st_mtime, now)  # an mtime ahead of the clock (cp -p, touch -d) is no later than now
-            timing = _timing(event, written, self.s.zone)
+            timing = _timing(event, st.st_mtime, self.s.zone)
+            written = min(st.st_mtime, now)  # an mtime ahead of the clock (cp -p, touch -d) was no later than now
         except _NeedsCroniter as exc:
             log.error("%s; the file is left in place", exc)
             return
@@ -1606,7 +1584,7 @@ class EventsWatcher:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
-        self._beat = -math.inf
+        self._beat = self._touched = -math.inf
 
     def start(self, thread: bool = True) -> None:
         """Take the directory's lock, act on what is there and return; events fire on a background thread
@@ -1724,9 +1702,7 @@ class EventsWatcher:
         """Act on what the last harness left, judged by when it was last alive (the lock file's mtime, kept as
         it was until this start-up is done: one killed before then does not count as a harness that ran)."""
         assert self._lock_fd is not None
-        st = os.fstat(self._lock_fd)
-        # An empty lock file: no harness was here before.  (A time set is read back a few hundred ns off: 1 ms more.)
-        alive = st.st_mtime + 0.001 if st.st_size else -math.inf
+        alive = _last_alive(self._lock_fd)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.directory, _JOURNAL))
         now, spawn, held = self.clock(), self._channels.spawn, list[Callable[[], None]]()
@@ -1755,10 +1731,12 @@ class EventsWatcher:
             time.sleep(max(0.0, delay))  # the cheapest wait: a timed wait on a lock costs half as much again
 
     def _touch(self, now: float) -> None:
-        """The last sign of life: the lock file's mtime, on this watcher's clock, set at every step."""
+        """The last sign of life: the lock file's mtime, on this watcher's clock, set at every step (never back:
+        after the clock steps back, what had fired before is still before it)."""
         assert self._lock_fd is not None
+        self._touched = max(self._touched, now)
         try:
-            os.utime(self._lock_fd, (now, now))
+            os.utime(self._lock_fd, (self._touched, self._touched))
         except OSError as exc:
             log.error("the lock file's time cannot be set: %s", exc.strerror or exc)
 
@@ -1802,6 +1780,16 @@ class EventsWatcher:
             return os.path.samefile(os.path.dirname(os.path.abspath(self._history)), self.directory)
         except OSError:
             return False
+
+
+def _last_alive(lock: int | str) -> float:
+    """When the last harness was last alive, by its lock file: -inf when unknown (no lock file, or an empty one:
+    no harness was here, or its start-up was killed).  A time set is read back a few hundred ns off: 1 ms more."""
+    try:
+        st = os.stat(lock)
+    except OSError:
+        return -math.inf
+    return st.st_mtime + 0.001 if st.st_size else -math.inf
 
 
 def _log_error(event: Event, exc: BaseException) -> None:
@@ -2053,7 +2041,7 @@ def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda,
         return False, exc.reason
     except OSError as exc:
         return False, f"cannot be read: {exc.strerror or exc}"
-    timing = _timing(event, min(info.st_mtime, now), zone)
+    timing = _timing(event, info.st_mtime, zone)
     verdict = _judge(event, min(info.st_mtime, now), now, timing, down)
     what = f"{event.type} on channel {event.channel_id}"
     notes = [f"unknown fields are ignored: {', '.join(map(json.dumps, unknown))}"] if unknown else []
@@ -2125,15 +2113,11 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
     except OSError as exc:
         log.error("cannot check %s: %s", path, exc.strerror or exc)
         return 1
-    last = _last_outcomes(history) if history else {}
     user = timezone or _host_timezone()  # else the host's offset
     zone, now = _zone(user) if user else datetime.now().astimezone().tzinfo or UTC, time.time()
     agenda: _Agenda = []
     out, bad = [], 0
-    try:
-        alive = os.stat(os.path.join(path, _LOCK)).st_mtime  # the last sign of life of a harness
-    except OSError:
-        alive = -math.inf  # unknown
+    alive = _last_alive(os.path.join(path, _LOCK))
     # judged as a running harness sees it (its lock file is fresh, or one draft), else as a start-up now would
     down = None if files and files[0][0] == path or now - alive <= 3 * _BEAT else (alive, now)
     for file, name in files:
@@ -2142,9 +2126,6 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
         if original != name:
             said = (f"rejected, valid now ({said.removeprefix('ok: ')}): mv it back to {original}" if ok
                     else f"rejected: {said}; fix it, then mv it back to {original} (or rm it)")
-        if entry := last.get(original):
-            said += f"; last: {entry.get('outcome')} at {entry.get('time')}"
-            said += f" ({entry['detail']})" if entry.get("detail") else ""
         bad += not ok or original != name
         out.append(f"{name}: {said}")
     out += _agenda(agenda, upcoming, now, zone) if upcoming else []
@@ -2181,7 +2162,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--grace", type=_number, default=30.0, metavar="S", help="on SIGTERM/SIGINT, the time to finish (30)")
     add("--misfire-grace", type=_number, default=0.0, metavar="S", help="a one-shot this late at start still runs")
     add("--max-queued", type=lambda text: int(_number(text)), default=5, metavar="N", help="events waiting a channel")
-    add("--history", metavar="PATH", help="append one JSON line per outcome to PATH (--check, --prompt: read it)")
+    add("--history", metavar="PATH", help="append one JSON line per outcome to PATH (--prompt: teach it)")
     add("--standby", action="store_true", help="when another harness watches DIR, wait and take over")
     add("--no-notify", dest="notify", action="store_false", help="send no rejected/missed/interrupted notices")
     modes = parser.add_mutually_exclusive_group()
