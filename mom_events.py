@@ -165,8 +165,9 @@ def _event(obj: dict[str, object], filename: str) -> Event:
     fields = _FIELDS.get(written) if isinstance(written := obj.get("type"), str) else None
     for key in obj:
         typed = key.lower().replace("_", "").replace("-", "")
-        near = [name for name in _KNOWN if typed == name.lower() or len(name) >= 5 and _one_edit(typed, name.lower())]
-        meant = min(near, key=lambda name: typed != name.lower(), default=None)  # a known key is itself
+        near = [key] if key in _KNOWN else [  # a known key is itself, and is not compared with all others
+            name for name in _KNOWN if typed == name.lower() or len(name) >= 5 and _one_edit(typed, name.lower())]
+        meant = min(near, key=lambda name: typed != name.lower(), default=None)
         owners = " and ".join(t for t in TYPES if meant in _FIELDS[t])
         if meant not in (key, None):
             whose = "" if fields is None or meant in fields else f' ("{meant}" is for {owners} events)'
