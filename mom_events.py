@@ -735,7 +735,7 @@ def _judge(event: Event, mtime: float, now: float, timing: _Timing | None,
         return _Verdict("run")
     following = timing.next_after(now if down is None else max(now, down[0]))  # a clock stepped back: not again
     first = timing.next_after(mtime) if following is None or isinstance(timing, _Once) else following
-    if first is None or (isinstance(timing, _Once) and mtime >= first):
+    if first is None:  # a one-shot written at or after its time, a periodic after its last run
         return _Verdict("invalid", reason=_written_late(event, timing, now))
     late = _late_run(event, timing, now, down, misfire_grace, max(mtime, began))
     if late is not None:

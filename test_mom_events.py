@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import unittest
 import unittest.mock
 import uuid
@@ -450,6 +451,9 @@ class ParseMisspeltKeyTest(ParseErrorMixin):
                     allowed += 1
         self.assertGreater(min(caught, allowed), 300)
 
+    def test_a_misspelt_key_is_quoted_as_written(self):
+        self.assertEqual(self.error("catchÜp"), 'x.json: unknown field "catchÜp": did you mean "catchUp"?')
+
 
 class ParseFuzzTest(unittest.TestCase):
     """Random and mutated files: nothing comes out but an Event or a one-line EventError naming the file."""
@@ -867,6 +871,11 @@ class CronTest(unittest.TestCase):
         result = next_fire("0 9 * * *", "Europe/Vienna", utc(2025, 1, 1))
         self.assertEqual((result.tzinfo, result), (VIENNA, vienna(2025, 1, 1, 9)))
 
+    def test_an_empty_list_item_is_named(self):
+        with self.assertRaises(ValueError) as caught:
+            next_fire("1,,2 * * * *", "UTC", utc(2025, 1, 1))
+        self.assertEqual(str(caught.exception), "bad schedule '1,,2 * * * *': empty list item")
+
 
 class CronDialectTest(unittest.TestCase):
     """croner's spellings, as the original harness read them: ?, LW, nW, n#L and nL, + and a year."""
@@ -915,6 +924,9 @@ class CronDialectTest(unittest.TestCase):
                 for spelling in [f"{low}-{high}"] + ([] if (low, high) == (0, 7) else [f"{names[low]}-{names[high]}"]):
                     fired = {(t.weekday() + 1) % 7 for t in cron_runs(f"0 9 * * {spelling}", utc(2025, 1, 6), 7, "UTC")}
                     self.assertEqual(fired, days, spelling)
+
+    def test_a_year_step_counts_from_year_0_so_star_slash_2_is_the_even_years(self):
+        self.assertEqual(cron_runs("0 0 0 1 1 * */2", utc(2026, 6, 1), 2, "UTC"), [utc(2028, 1, 1), utc(2030, 1, 1)])
 
 
 class CronDaylightSavingTest(unittest.TestCase):
@@ -1212,6 +1224,47 @@ class ScanTest(unittest.TestCase):
         self.assertEqual(len([r for r in logs.output if "pipe.json" in r]), 1)
 
 
+    def test_a_whole_second_stamp_is_racy_for_two_seconds_and_a_fine_one_for_a_tick(self) -> None:
+        racy, second = me._is_racy, 1_800_000_000
+        whole = types.SimpleNamespace(st_mtime_ns=second * 10**9, st_ctime_ns=second * 10**9)  # FAT's clock
+        stamp = second * 10**9 + 123_456_789
+        fine = types.SimpleNamespace(st_mtime_ns=stamp, st_ctime_ns=stamp)
+        self.assertEqual([racy(whole, second + 1.9), racy(whole, second + 2.1)], [True, False])
+        self.assertEqual([racy(fine, second + 0.16), racy(fine, second + 0.18)], [True, False])
+
+    def test_an_ignored_name_and_a_file_gone_before_its_stat_are_never_handed_on(self) -> None:
+        d = temp_dir(self)
+        gone = put(d, "gone.json", "{}")
+        put(d, "a.json", "{}")
+        put(d, "history.json", "{}")
+
+        def ignore(name: str) -> bool:  # asked while the directory is listed: one file goes right after it is listed
+            if name == "gone.json" and gone.exists():
+                gone.unlink()
+            return name == "history.json"
+
+        scanner = me._Scanner(str(d), ignore)
+        self.addCleanup(scanner.close)
+        self.assertEqual(self.poll(scanner), {"a.json": True})
+
+    def test_a_directory_that_cannot_be_listed_is_said_once_then_that_it_can_again(self) -> None:
+        d = temp_dir(self) / "events"
+        d.mkdir()
+        scanner = me._Scanner(str(d))
+        self.addCleanup(scanner.close)
+        put(d, "a.json", "{}")
+        self.poll(scanner)
+        (d / "a.json").unlink()
+        d.rmdir()
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            self.assertEqual(self.poll(scanner), {"a.json": False})  # its files count as gone
+            self.poll(scanner)
+            d.mkdir()
+            self.poll(scanner)
+        said = f"events directory {d}"
+        self.assertEqual(logs.output, [f"ERROR:mom_events:{said} cannot be listed: No such file or directory",
+                                       f"WARNING:mom_events:{said} can be listed again"])
+
 class ScheduleModelTest(unittest.TestCase):
     """The heap against a dict: one live entry per file, cancelled ones never come up, earliest first."""
 
@@ -1321,6 +1374,15 @@ class ChannelsModelTest(unittest.TestCase):
         channels.close()
         self.assertFalse(channels.put(me._Job("C1", lambda: ran.append(1), notice=True)))
         self.assertEqual(ran, [])
+
+    def test_wait_returns_as_soon_as_the_runs_end(self) -> None:
+        channels = me._Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0)
+        release = threading.Event()
+        channels.put(me._Job("C1", lambda: release.wait(5)))
+        threading.Timer(0.05, release.set).start()
+        begun = time.monotonic()
+        self.assertEqual(channels.wait(5), [])
+        self.assertLess(time.monotonic() - begun, 2)  # woken by the run's end, not by the timeout
 
 class HistoryTest(unittest.TestCase):
     def test_lines_are_private_whole_and_a_torn_line_never_merges_into_the_next(self) -> None:
@@ -1812,6 +1874,74 @@ class AdversarialFindingsTest(unittest.TestCase):
         self.assertEqual(second.step(), due)
 
 
+class WatcherDetailTest(unittest.TestCase):
+    """Rules a mutation run found unpinned in the files and the watcher."""
+
+    def test_stop_cancels_what_waits_keeps_its_files_and_the_notices_markers(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "h.json", IMMEDIATE)
+        put(sim.dir, "bad.json", '{"type": "immediate", "channelId": "C2", "text": 1}')
+        sim.step()
+        for _ in range(3):
+            sim.step(0.4)
+        sim.watcher.stop(0)
+        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
+        self.assertEqual(sim.files(), ["bad.json.rejected", "h.json"])
+        told = Sim(self, directory=sim.dir, now=T0 + 5).start().run()  # the notice, at the next start
+        self.assertEqual([m.split(" ")[0] for m in told], ["[EVENT:bad.json:rejected]", "[EVENT:h.json:immediate]"])
+        self.assertEqual(list(sim.dir.glob(".mom_events.run.*")), [])  # told: no marker is left
+
+    def test_a_missed_notice_goes_to_the_files_own_channel(self) -> None:
+        sim = Sim(self).down_since(T0 - 600)
+        put(sim.dir, "d.json", one_shot(T0 - 300, channel="C7"), mtime=T0 - 900)
+        sim.start()
+        sim.run()
+        self.assertEqual([(e.type, e.channel_id) for e in sim.got], [("missed", "C7")])
+
+    def test_an_occurrence_a_second_late_or_more_says_so_and_less_does_not(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "a.json", one_shot(T0 + 10), mtime=T0)
+        put(sim.dir, "b.json", one_shot(T0 + 11.2, channel="C2"), mtime=T0)
+        sim.step()
+        sim.step(10)
+        sim.step(1.2)
+        sim.now += 0.3  # a.json starts 1.5 s late, b.json 0.3 s late
+        sim.run()
+        self.assertEqual([e.late for e in sim.got], [1.5, None])
+        self.assertIn("late by 1 second) remind", sim.got[0].message)
+
+    def test_an_interval_is_due_in_the_users_timezone_and_the_lock_says_when_it_was_alive(self) -> None:
+        sim = Sim(self, timezone="America/New_York").start()
+        put(sim.dir, "p.json", every("1m", start=iso(T0 + 60)), mtime=T0)
+        sim.step(60)
+        sim.run()
+        self.assertEqual(sim.got[0].due.isoformat() if sim.got[0].due else "", "2030-01-07T04:01:00-05:00")
+        self.assertEqual((sim.dir / ".mom_events.lock").stat().st_mtime, T0 + 60)
+
+    def test_a_torn_marker_and_a_file_left_aside_are_removed_at_the_start(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events.run.0123").write_text('{"notice": {"filen')
+        (d / ".mom_events.take.4567").write_text("{}")
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            Sim(self, directory=d).start()
+        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events.lock"])
+        self.assertEqual(len(logs.output), 2)
+
+    def test_the_thread_fires_on_time_whatever_the_poll_and_submit_waits_for_a_busy_channel(self) -> None:
+        d, got, release = temp_dir(self), [], threading.Event()
+        watcher = me.EventsWatcher(d, lambda e: (got.append(time.time()), release.wait(5)), poll_interval=1)
+        watcher.start()
+        self.addCleanup(watcher.stop, 0)
+        due = time.time() + 1.5  # seen within a poll, then slept to
+        put(d, ".o.tmp", one_shot(due)).rename(d / "o.json")
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertLess(abs(got[0] - due), 0.05)  # the poll is 1 s: the thread slept to the due time, not past it
+        self.assertFalse(watcher.submit("C1", print))  # the channel is busy
+        release.set()
+
+
 # --- Crashes: real harnesses killed, restarted and taken over; every process they start is ended by the test ---
 
 MODULE = Path(me.__file__).resolve()
@@ -1835,7 +1965,8 @@ class Harness:
     def __init__(self, test: unittest.TestCase, directory: Path, *args: str) -> None:
         self.mark = test.mark
         env = {**os.environ, "MOM_TEST_MARK": self.mark, "PYTHONPATH": str(MODULE.parent)}
-        self.proc = subprocess.Popen([sys.executable, str(MODULE), str(directory), *args], env=env,
+        run = "import sys, mom_events; sys.exit(mom_events.main(sys.argv[1:]))"  # imported: mutmut can see it
+        self.proc = subprocess.Popen([sys.executable, "-c", run, str(directory), *args], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
@@ -1901,6 +2032,7 @@ class CrashTest(unittest.TestCase):
 
     def test_a_killed_harness_commands_are_stopped_and_the_run_told_interrupted(self) -> None:
         first = self.harness("--exec", "setsid sleep 300 & sleep 300")
+        first.logged("watching")  # written after the start-up: a file written before a first start is stale
         put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
         self.assertTrue(first.line().endswith("[EVENT:hook.json:immediate] deploy"))
         wait_until(lambda: len(self.commands()) >= 3)  # the shell, its sleep, and the one that left its session
@@ -1918,6 +2050,7 @@ class CrashTest(unittest.TestCase):
 
     def test_a_run_cut_short_by_the_shutdown_is_told_at_the_next_start(self) -> None:
         first = self.harness("--exec", "sleep 300", "--grace", "0.3")
+        first.logged("watching")
         put(self.dir, "task.json", {"type": "immediate", "channelId": "C1", "text": "long"})
         first.line()
         wait_until(lambda: self.commands())
@@ -1931,6 +2064,7 @@ class CrashTest(unittest.TestCase):
 
     def test_a_standby_takes_over_a_killed_harness_without_overlapping_its_run(self) -> None:
         first = self.harness("--exec", "sleep 300")
+        first.logged("watching")
         put(self.dir, "a.json", {"type": "immediate", "channelId": "C1", "text": "one"})
         first.line()
         standby = self.harness("--standby", "--exec", "echo ran >> " + str(self.dir.parent / "ran"))
@@ -1964,6 +2098,7 @@ class CrashTest(unittest.TestCase):
 
     def test_a_command_that_ignores_sigterm_and_keeps_forking_is_stopped_whole(self) -> None:
         harness = self.harness("--exec", 'trap "" TERM; while :; do sleep 40 & sleep 0.01; done', "--exec-timeout", "1")
+        harness.logged("watching")
         put(self.dir, "fork.json", {"type": "immediate", "channelId": "C1", "text": "fork"})
         harness.line()
         harness.logged("timed out after 1 s", timeout=15)
@@ -2236,7 +2371,7 @@ class CliCase(unittest.TestCase):
         return dict(os.environ, PYTHONPATH=str(CLI_HERE), **{CLI_MARK: self.mark}, **more)
 
     def run_cli(self, *args: object, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(CLI_HERE / "mom_events.py"), *map(str, args)], capture_output=True,
+        return subprocess.run([sys.executable, "-c", CLI_RUN, *map(str, args)], capture_output=True,
                               text=True, timeout=30, env=self.env(**env))
 
     def serve(self, *args: object) -> CliServer:
@@ -2248,11 +2383,16 @@ class CliCase(unittest.TestCase):
         return put(self.events, name, content, mtime)
 
 
+# The CLI as imported (a mutation tool swaps in its mutants only for the module imported as mom_events);
+# the manual's commands and one test run mom_events.py itself as a script.
+CLI_RUN = "import sys, mom_events; sys.exit(mom_events.main(sys.argv[1:]))"
+
+
 class CliServer:
     """A harness in a subprocess, its stdout and stderr collected line by line."""
 
     def __init__(self, test: CliCase, *args: object) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(CLI_HERE / "mom_events.py"), *map(str, args)],
+        self.proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, *map(str, args)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=test.env())
         test.addCleanup(self.close)
         self.out: list[str] = []
