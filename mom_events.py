@@ -1624,10 +1624,12 @@ class EventsWatcher:
         if self._lock_fd is None or self._stopping.is_set():
             return None
         now = self.clock() if now is None else now
-        self._touch(now)  # before anything fires: what fell due before a harness's last sign of life had fired
-        if scan:
-            for name, sig in self._scanner.poll():
-                self._guarded(name, self._files.seen, name, sig, now)
+        changes = list(self._scanner.poll()) if scan else []
+        first = self._schedule.next_due()
+        if changes or (first is not None and first <= now) or not self._beat <= now < self._beat + _BEAT:
+            self._touch(now)  # before anything fires: what fell due before a harness's last sign of life had fired
+        for name, sig in changes:
+            self._guarded(name, self._files.seen, name, sig, now)
         for due, name in self._schedule.pop_due(now):
             self._guarded(name, self._files.due, due, name, now)
         if not self._beat <= now < self._beat + _BEAT:
