@@ -612,9 +612,9 @@ def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
 
 # --- Timing and the judge: when a file's occurrences fall, and what becomes of a file now ---
 
-# A harness's last sign of life is the lock file's mtime, set at every step before anything fires; what fell
+# A harness's last sign of life is the lock file's mtime, set every _BEAT and before anything fires; what fell
 # due up to _TAKEOVER seconds after it runs late at the next start (a standby needs a moment to take over).
-# _BEAT: how often the watchdog is told.  _COARSE: a file's mtime may be stamped this much before its write.
+# _COARSE: a file's mtime may be stamped this much before its write.
 _BEAT = 1.0
 _TAKEOVER = 5.0
 _COARSE = 2.0
@@ -1734,8 +1734,8 @@ class EventsWatcher:
             time.sleep(max(0.0, delay))  # the cheapest wait: a timed wait on a lock costs half as much again
 
     def _touch(self, now: float) -> None:
-        """The last sign of life: the lock file's mtime, on this watcher's clock, set at every step (never back:
-        after the clock steps back, what had fired before is still before it)."""
+        """The last sign of life: the lock file's mtime, on this watcher's clock (never set back: after the
+        clock steps back, what had fired before is still before it)."""
         assert self._lock_fd is not None
         self._touched = max(self._touched, now)
         try:
