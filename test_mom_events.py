@@ -1348,12 +1348,13 @@ class ChannelsModelTest(unittest.TestCase):
         channels = me._Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0.1)
         release, inside = threading.Event(), []
         channels.put(me._Job("slow", lambda: release.wait(5)))
-        channels.put(me._Job("self", lambda: inside.append(channels.wait(0.05))))
+        channels.put(me._Job("self", lambda: inside.append(channels.wait(0.05))))  # waits: the pool is paced
+        time.sleep(0.03)
+        channels.staff()  # as a poll does: the waiting channel gets a worker of its own
         self.assertEqual(channels.wait(0.2), ["slow"])
         release.set()
         self.assertEqual(channels.wait(5), [])
         self.assertEqual(inside, [["slow"]])
-
 
     def test_waiting_is_about_one_files_occurrences_and_not_its_notices(self) -> None:
         channels = me._Channels(5, lambda work: None, 0)  # no worker starts: every job waits
@@ -1813,12 +1814,15 @@ class AdversarialFindingsTest(unittest.TestCase):
 
     def test_a_run_whose_marker_cannot_be_written_does_not_start_and_its_file_stays(self) -> None:
         sim = Sim(self).start()
-        put(sim.dir, "h.json", IMMEDIATE)
-        sim.step()
-        with unittest.mock.patch.object(me, "_private", side_effect=OSError(28, "No space left on device")):
+        put(sim.dir, "h.json", every("1s"), mtime=T0)
+        sim.step(1)
+        full = OSError(28, "No space left on device")
+        with unittest.mock.patch.object(me, "_private", side_effect=full), \
+                unittest.mock.patch("os.link", side_effect=full):
             sim.run()
         self.assertEqual(sim.got, [])
         self.assertEqual(sim.files(), ["h.json"])
+        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
         self.assertEqual([p.name for p in sim.dir.iterdir() if p.name.startswith(".mom_events.run")], [])
 
     def test_a_one_shot_with_an_mtime_ahead_of_the_clock_runs_at_its_time(self) -> None:
@@ -1839,7 +1843,7 @@ class AdversarialFindingsTest(unittest.TestCase):
         self.assertEqual(watcher.stop(0.05), ["C1"])
         release.set()
         deadline = time.monotonic() + 5
-        while (d / "h.json").exists() and time.monotonic() < deadline:
+        while list(d.glob(".mom_events.run.*")) and time.monotonic() < deadline:
             time.sleep(0.01)
         self.assertEqual([p.name for p in d.iterdir() if p.name != ".mom_events.lock"], [])  # deleted, unmarked
         while time.monotonic() < deadline:
@@ -2057,7 +2061,7 @@ class CrashTest(unittest.TestCase):
         first.proc.terminate()
         self.assertEqual(first.proc.wait(10), 1)
         self.assertEqual(self.commands(), [])
-        self.assertTrue((self.dir / "task.json").exists())  # never deleted as "ran"
+        self.assertEqual(len(list(self.dir.glob(".mom_events.run.*.task.json"))), 1)  # its marker: never "ran"
         second = self.harness("--no-notify")
         self.assertIn("[EVENT:task.json:interrupted]", second.line())  # not silenced by --no-notify
         wait_until(lambda: not (self.dir / "task.json").exists())
@@ -2588,7 +2592,7 @@ class ExecTest(CliCase):
         cli.proc.send_signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 1)
         self.assertLess(time.monotonic() - started, 4)
-        self.assertTrue((self.events / "a.json").exists())
+        self.assertEqual(len(list(self.events.glob(".mom_events.run.*.a.json"))), 1)  # kept, under its marker
         self.assertTrue(cli_wait(lambda: not cli_marked(self.mark), 3), "a command outlived the harness")
 
     def test_a_second_signal_exits_at_once_and_kills_the_commands(self):
