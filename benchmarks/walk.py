@@ -1,25 +1,24 @@
-"""A file's walk through mom_events: how many functions one file's life
-crosses, how often it calls back into one it already passed, and how deep.
+"""A file's walk through mom_events: how many functions one file's life crosses, and how often it calls back
+into one it already passed (the lean issue's target: each walk <= 20 functions, <= 8 calls back).
 
-The lean issue (32) measures the module's shape by it.  A watcher is driven
-by hand on simulated time, as the tests drive it (its workers held and run
-in turn): one scan sees the directory empty, then the file is written and
-the scheduler steps, and the workers run, until the file is gone (an
-immediate event: run, then deleted) or renamed (a rejected one: told, then
-renamed).  Every call into a function of mom_events.py meanwhile is
-recorded, on every thread:
+The watcher is driven through its public interface, as a caller without a thread would:
+``EventsWatcher(..., clock=..., spawn=workers.append)``, ``start(thread=False)`` (the start-up sees the
+directory empty), then the file is written and ``step(now)`` is called on simulated time, each held worker
+run in turn, until the file is gone (an immediate event: run, then deleted) or renamed (a rejected one:
+told, then renamed).  Every call into a function of mom_events.py meanwhile is recorded, on every thread:
 
-- functions: the distinct functions called (``def``s: lambdas and
-  comprehensions are part of the function they are written in, and a
-  generator resumed is not called again);
-- calls back: calls into a function already called earlier in the walk
-  (once it had returned: recursion is not a call back);
+- functions: the distinct functions called (``def``s: lambdas and comprehensions are part of the function
+  they are written in, and a generator resumed is not called again);
+- calls back: calls into a function already called earlier in the walk, once it had returned (recursion is
+  not a call back);
 - deepest: the most mom_events frames on one stack.
 
-Standard library only.  Run from the project directory::
+    python benchmarks/walk.py [--module DIR]           # both walks, a line each
+    python benchmarks/walk.py [--module DIR] --calls   # and each walk's calls, indented by depth
 
-    python benchmarks/walk.py            # both walks, a line each
-    python benchmarks/walk.py --calls    # and each walk's calls, indented by depth
+The scanner judges a file "racy" (written too recently to trust its stat) on real time, so on simulated
+time a file stays racy through the whole walk and is read again at each step; ``--settle 0.06`` waits
+out the 50 ms racy window before the first step, as a file seen one poll after it was written.
 """
 
 from __future__ import annotations
@@ -33,16 +32,20 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import mom_events  # noqa: E402  (the module under test, from this checkout)
+PARSER = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+PARSER.add_argument("--module", default=str(Path(__file__).resolve().parent.parent),
+                    help="the directory holding the mom_events.py to walk (default: this checkout)")
+PARSER.add_argument("--calls", action="store_true", help="print each walk's calls")
+PARSER.add_argument("--settle", type=float, default=0.0, metavar="S",
+                    help="real seconds to wait after the write (0.06: the file is no longer racy when first seen)")
+ARGS = PARSER.parse_args()
+sys.path.insert(0, str(Path(ARGS.module).resolve()))
+import mom_events  # noqa: E402  (the module under test, from --module)
 
 FILES = {
     "run and deleted": {"type": "immediate", "channelId": "C1", "text": "hello"},
     "rejected": {"type": "one-shot", "channelId": "C1", "text": "hello", "at": "tomorrow"},
 }
-
-
 GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
@@ -90,22 +93,21 @@ def walk(content: dict[str, object]) -> Tracer:
         directory = Path(name)
         now = [time.time()]
         held: list = []
-        watcher = mom_events.EventsWatcher(directory, lambda event: None, clock=lambda: now[0])
-        watcher._channels._spawn = held.append  # workers run by hand, in turn
-        watcher._channels._linger = 0
-        watcher._startup(now[0], None)  # the start-up scan: the directory is empty
+        watcher = mom_events.EventsWatcher(directory, lambda event: None, clock=lambda: now[0], spawn=held.append)
+        watcher.start(thread=False)  # the start-up: the directory is empty
         path = directory / "walk.json"
         tracer = Tracer()
         threading.setprofile(tracer)
         sys.setprofile(tracer)
         try:
             path.write_text(json.dumps(content))
+            time.sleep(ARGS.settle)  # the scanner's racy rule runs on real time, not on the watcher's clock
             for _ in range(100):
                 now[0] += 0.1
-                watcher._tick(now[0])
+                watcher.step(now[0])
                 while held:
                     held.pop(0)()
-                    watcher._tick(now[0], poll=False)
+                    watcher.step(now[0], scan=False)
                 if not path.exists():
                     break
         finally:
@@ -117,14 +119,11 @@ def walk(content: dict[str, object]) -> Tracer:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", action="store_true", help="print each walk's calls")
-    args = parser.parse_args()
     for what, content in FILES.items():
         tracer = walk(content)
         functions, back, deepest = tracer.figures()
         print(f"{what}: {functions} functions, {back} calls back, {deepest} deep ({len(tracer.calls)} calls)")
-        if args.calls:
+        if ARGS.calls:
             for depth, name in tracer.calls:
                 print(f"  {'  ' * depth}{name}")
     return 0
