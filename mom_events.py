@@ -1161,9 +1161,10 @@ class _History:
 
 # --- The files and their runs: what each file becomes, and the markers that outlive a crash ---
 
-# A run in progress, or a notice not yet told, has a marker: a small private file in the events directory
-# holding the notice to tell if the run never finishes (``interrupted``) or the notice itself.  The next
-# start tells every marker it finds, after stopping the processes of its run.
+# A run in progress, or a notice not yet told, has a marker in the events directory: the event file itself,
+# moved or linked under ``.mom_events.run.ID.NAME`` (its run is told ``interrupted`` if it never ends), or a
+# small private file holding the notice to tell.  The next start tells every marker it finds, after stopping
+# the processes of its run.
 _MARKER = ".mom_events.run."
 _RETRIES = (0.1, 0.2, 0.4)  # a bad file may be mid-write: read again after these
 _here = threading.local()  # the run on this worker thread, for --exec's environment
@@ -1209,10 +1210,10 @@ def _stop_run(*run_ids: str, wait: float = 1.0) -> int:
 
 
 def _take(directory: str, name: str, sig: _Signature, rename_to: str | None = None) -> bool:
-    """Delete the file ``name`` (or rename it to ``rename_to``) if it is still the one that was judged: it is
-    moved aside first and checked there, so a newer file an ``mv`` put under its name is never lost."""
+    """Rename the file ``name`` to ``rename_to`` (None: delete it) if it is still the one that was judged: it is
+    moved first and checked there, so that a newer file an ``mv`` put under its name is never lost."""
     path = os.path.join(directory, name)
-    aside = os.path.join(directory, f".mom_events.take.{uuid.uuid4().hex}")
+    aside = os.path.join(directory, rename_to or f".mom_events.take.{uuid.uuid4().hex}")
     try:
         os.rename(path, aside)
     except FileNotFoundError:
@@ -1221,8 +1222,6 @@ def _take(directory: str, name: str, sig: _Signature, rename_to: str | None = No
         if _signature(os.stat(aside))[:3] == sig[:3]:  # a rename changes the ctime, nothing else
             if rename_to is None:
                 os.unlink(aside)
-            else:
-                os.rename(aside, os.path.join(directory, rename_to))
             return True
         os.link(aside, path, follow_symlinks=False)  # a newer file: back under its name, unless a newer still is
     except FileExistsError:
