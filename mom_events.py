@@ -1742,15 +1742,17 @@ class EventsWatcher:
             os.unlink(os.path.join(self.directory, _JOURNAL))
         now, spawn, held = self.clock(), self._channels.spawn, list[Callable[[], None]]()
         self._channels.spawn = held.append  # nothing runs before the start-up is done
-        self._files.recover()
-        for name, sig in self._scanner.poll():
-            self._guarded(name, self._files.seen, name, sig, now, (alive, now))
-        os.ftruncate(self._lock_fd, 0)  # its PID and its first sign of life: from now on, it counts as one that ran
-        os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            self._files.recover()
+            for name, sig in self._scanner.poll():
+                self._guarded(name, self._files.seen, name, sig, now, (alive, now))
+            os.ftruncate(self._lock_fd, 0)  # its PID and its first sign of life: now it counts as one that ran
+            os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
+            self._touch(now)
+        finally:  # a start-up that failed starts no worker now (a standby's next poll does, paced)
+            self._channels.spawn = spawn
         if self.systemd:
             _sd_notify("READY=1\nSTATUS=watching")
-        self._touch(now)
-        self._channels.spawn = spawn
         for work in held:  # only now does anything run
             spawn(work)
         log.info("watching %s (%d events scheduled)", self.directory, len(self._schedule))
