@@ -50,7 +50,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from functools import lru_cache
 from typing import Any, NamedTuple, TypeVar
@@ -62,6 +62,7 @@ __version__ = "0.2.0"
 log = logging.getLogger("mom_events")
 
 TYPES = ("immediate", "one-shot", "periodic")
+NOTICES = ("rejected", "missed", "interrupted", "skipped", "discarded", "stale")  # what the agent is told
 MAX_FILE_BYTES = 1 << 20  # a bigger file is no event: a mistake, or an attempt on memory
 
 
@@ -83,7 +84,7 @@ class _NeedsCroniter(EventError):
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """An event file, or a notice about one ("rejected", "missed", "interrupted"), its fields as written."""
+    """An event file, or a notice about one (see NOTICES), its fields as written."""
 
     filename: str
     type: str
@@ -98,13 +99,14 @@ class Event:
     catch_up: bool | str = False  # or how long a missed run stays worth running, in every's syntax ("1d")
     due: datetime | None = None
     late: float | None = None
+    run_id: str | None = None  # this run's id (MOM_EVENT_RUN for a command); None outside a watcher's run
 
     @property
     def message(self) -> str:
         """What the agent is woken with: ``[EVENT:build.json:periodic:every 90m] (due ..., late by ...) text``."""
         tag = {"one-shot": self.at, "periodic": self.schedule or f"every {self.every}"}.get(self.type)
         head = f"[EVENT:{self.filename}:{self.type}" + ("]" if tag is None else f":{tag}]")
-        notes = [] if self.due is None else [f"due {self.due.isoformat(timespec='seconds')}"]
+        notes = [] if self.due is None or self.type not in TYPES else [f"due {self.due.isoformat(timespec='seconds')}"]
         notes += [] if self.late is None else [f"late by {_duration(self.late)}"]
         return f"{head} ({', '.join(notes)}) {self.text}" if notes else f"{head} {self.text}"
 
@@ -178,10 +180,7 @@ def _event(obj: dict[str, object], filename: str) -> Event:
     if (kind := _field(obj, "type", required=True)) not in _FIELDS:
         raise ValueError(f'unknown type {_excerpt(kind)!r} (expected "immediate", "one-shot" or "periodic")')
     channel = _field(obj, "channelId", required=True)
-    unseen = (c for c in channel if c.isspace() or not c.isprintable() or c in _BLANKS
-              or unicodedata.category(c) in ("Mn", "Me"))  # a combining mark shows on the letter before it
-    if (bad := next(unseen, None)) is not None:
-        fault = "contains whitespace" if bad.isspace() else f"contains U+{ord(bad):04X}, which does not print"
+    if fault := _channel_fault(channel):
         raise ValueError(f"\"channelId\" {_excerpt(channel)!r} {fault} (a chat platform's channel ID has none)")
     given: Callable[[str], str | None] = lambda key: _field(obj, key) or None
     event = Event(filename, kind, channel, _field(obj, "text", required=True), at=given("at"), until=given("until"),
@@ -192,6 +191,15 @@ def _event(obj: dict[str, object], filename: str) -> Event:
     if kind != "immediate":  # the timing, last: it may need croniter
         (_at if kind == "one-shot" else _check_periodic)(event)
     return event
+
+
+def _channel_fault(channel: str) -> str | None:
+    """Why ``channel`` is no chat platform's channel ID (whitespace, or a character that does not print), or None."""
+    unseen = (c for c in channel if c.isspace() or not c.isprintable() or c in _BLANKS
+              or unicodedata.category(c) in ("Mn", "Me"))  # a combining mark shows on the letter before it
+    if (bad := next(unseen, None)) is None:
+        return None
+    return "contains whitespace" if bad.isspace() else f"contains U+{ord(bad):04X}, which does not print"
 
 
 def _one_edit(a: str, b: str) -> bool:
@@ -712,61 +720,77 @@ def _periodic_timing(event: Event, mtime: float, user_zone: tzinfo) -> _Timing:
 _TIMINGS = {"one-shot": _one_shot_timing, "periodic": _periodic_timing}
 
 
+class _Downtime(NamedTuple):
+    """What a start-up knows of the time no harness ran: the last harness's last sign of life (None: unknown,
+    no harness was here), when it let the directory go (its shutdown grace: an immediate written until then
+    was accepted), and this start-up's time."""
+
+    alive: float | None
+    held: float | None
+    start: float
+
+
 @dataclass(frozen=True)
 class _Verdict:
     """What becomes of a valid file now: ``run`` at once (the occurrence ``due``, then ``next_due``), ``schedule``
-    at ``due``, or ``stale``, ``missed``, ``ended``, ``invalid``, with the ``reason`` that is logged and told."""
+    at ``due``, or ``stale``, ``missed``, ``ended``, ``invalid``, with the ``reason`` that is logged and told;
+    ``skipped``: the occurrence a start-up did not catch up."""
 
     outcome: str
     due: float | None = None
     next_due: float | None = None
     reason: str = ""
+    skipped: float | None = None
 
 
-def _judge(event: Event, mtime: float, now: float, timing: _Timing | None,
-           down: tuple[float, float] | None = None, misfire_grace: float = 0.0) -> _Verdict:
-    """Judge a valid file.  ``down=None``: a running harness sees it now (what ``--check`` assumes);
-    ``down=(last_alive, start)``: a start-up, after no harness ran since ``last_alive`` (-inf: unknown).
-    What had fired was due before the last sign of life: no late run is ever one that began."""
+def _judge(event: Event, written: float, now: float, timing: _Timing | None,
+           down: _Downtime | None = None, misfire_grace: float = 0.0) -> _Verdict:
+    """Judge a valid file ``written`` at that time (an immediate: when it entered the directory, its ctime).
+    ``down=None``: a running harness sees it now (what ``--check`` assumes); else a start-up, after no harness
+    ran.  What had fired was due before the last sign of life: no late run is ever one that began."""
+    alive = -math.inf if down is None or down.alive is None else down.alive
     if timing is None:
-        if down is not None and down[0] + _COARSE < mtime < down[1] - _COARSE:
+        held = max(alive, -math.inf if down is None or down.held is None else down.held)
+        if down is not None and held + _COARSE < written < down.start - _COARSE:
             return _Verdict("stale", reason="it was written while no harness was running")
         return _Verdict("run")
-    following = timing.next_after(now if down is None else max(now, down[0]))  # a clock stepped back: not again
-    first = timing.next_after(mtime) if following is None or isinstance(timing, _Once) else following
+    following = timing.next_after(max(now, alive))  # a clock stepped back: not again
+    first = timing.next_after(written) if following is None or isinstance(timing, _Once) else following
     if first is None:  # a one-shot written at or after its time, a periodic after its last run
         return _Verdict("invalid", reason=_written_late(event, timing, now))
-    late = _late_run(event, timing, now, down, misfire_grace, mtime)
+    late = _late_run(event, timing, now, down, misfire_grace, written)
     if late is not None:
         return _Verdict("run", late, following)
     if following is not None:
-        return _Verdict("schedule", following)
+        skipped = None if down is None or down.alive is None else _latest(timing, max(alive, written), now)
+        return _Verdict("schedule", following, skipped=skipped)
     if isinstance(timing, _Once):
-        return _Verdict("missed", first, reason=_missed_reason(event, timing, first, down or (-math.inf, now)))
+        return _Verdict("missed", first, reason=_missed_reason(timing, first, down or _Downtime(None, None, now)))
     return _Verdict("ended", reason="it has no run left")
 
 
-def _late_run(event: Event, timing: _Timing, now: float, down: tuple[float, float] | None, grace: float,
+def _late_run(event: Event, timing: _Timing, now: float, down: _Downtime | None, grace: float,
               since: float) -> float | None:
     """The occurrence that runs late at a start-up, if one does: the latest that fell due since the last
     sign of life (a one-shot: since it was written) and is within the takeover's reach, ``misfire_grace``
     or the file's ``catchUp``.  What was due before the last sign of life was still waiting: it runs."""
     if isinstance(timing, _Once):
         at = timing.at
-        if at > now or down is None or at <= down[0]:  # a running harness sees it late: it runs
-            return None if at > now else at
-        reach = math.inf if at - down[0] <= max(_TAKEOVER, grace) else grace
-        return at if now - at <= reach else None
+        if at > now:
+            return None
+        if down is None or down.alive is not None and at <= down.alive:  # seen late by a running harness, or
+            return at  # still waiting when the last one died
+        takeover = down.alive is not None and at - down.alive <= max(_TAKEOVER, grace)
+        return at if takeover or now - at <= grace else None
     if down is None:  # written a moment before an occurrence, seen a moment after it
         return _latest(timing, max(since, now - _TAKEOVER), now)
-    alive = down[0]
-    if alive == -math.inf:  # first start: nothing is caught up
+    if down.alive is None:  # first start: nothing is caught up
         return None
-    due = _latest(timing, max(alive, since), now)
+    due = _latest(timing, max(down.alive, since), now)
     if due is None:
         return None
     reach = max(grace, _catch_up(event) or 0.0)
-    return due if due - alive <= max(_TAKEOVER, grace) or now - due <= reach else None
+    return due if due - down.alive <= max(_TAKEOVER, grace) or now - due <= reach else None
 
 
 def _latest(timing: _Timing, low: float, high: float) -> float | None:
@@ -789,11 +813,12 @@ def _written_late(event: Event, timing: _Timing, now: float) -> str:
     return f"it was written after its last run (it is now {_iso(now, timing.zone)})"
 
 
-def _missed_reason(event: Event, timing: _Timing, due: float, down: tuple[float, float]) -> str:
-    alive, start = down
-    since = "" if alive == -math.inf else f" (from {_iso(alive, timing.zone)} to {_iso(start, timing.zone)})"
-    return (f"It was due at {_iso(due, timing.zone)} while no harness was running{since}; it did not run, and "
-            f"the file was deleted.")
+def _missed_reason(timing: _Timing, due: float, down: _Downtime) -> str:
+    return f"it was due at {_iso(due, timing.zone)} while no harness was running{_between(down, timing.zone)}"
+
+
+def _between(down: _Downtime, zone: tzinfo | None) -> str:
+    return "" if down.alive is None else f" (from {_iso(down.alive, zone)} to {_iso(down.start, zone)})"
 
 
 def _iso(t: float, zone: tzinfo | None) -> str:
@@ -965,8 +990,9 @@ class _Schedule:
             self._heap = [entry for entry in self._heap if self._live.get(entry[2]) == entry[1]]
             heapq.heapify(self._heap)
 
-    def cancel(self, name: str) -> None:
-        self._live.pop(name, None)
+    def cancel(self, name: str) -> bool:
+        """Drop the file's live entry; True if it had one."""
+        return self._live.pop(name, None) is not None
 
     def __len__(self) -> int:
         return len(self._live)
@@ -1002,62 +1028,79 @@ class _Job:
     channel: str
     run: Callable[[], None]
     event: Event | None = None
-    notice: bool = False  # a notice is never discarded by a full queue
+    notice: bool = False  # a notice waits beside the events: it never takes an event's place, nor is discarded
 
 
 class _Channels:
     """Per-channel FIFO queues (a ``deque`` with an explicit length check: ``maxlen`` would drop the oldest,
     we refuse the newest), emptied by a pool of workers started by ``spawn``: a worker runs the first job of
     the next ready channel, one at a time per channel, and lingers ``linger`` seconds for more before it goes,
-    so a burst of short runs needs few threads and an idle harness none."""
+    so a burst of short runs needs few threads and an idle harness none.  The scheduler's thread puts and
+    withdraws; workers take; ``submit``, ``close`` and ``wait`` may come from any thread: one lock guards all."""
 
     def __init__(self, max_queued: int, spawn: Callable[[Callable[[], None]], object], linger: float) -> None:
         self.max_queued = max_queued
-        self.spawn = spawn  # how a worker is started (a start-up holds them until it is done)
+        self._spawn = spawn
         self._linger = linger
         self._lock = threading.Condition()
         self._waiting: dict[str, deque[_Job]] = {}  # a channel is here while it is busy
+        self._events: dict[str, int] = {}  # how many of a busy channel's waiting jobs are not notices
         self._ready: deque[str] = deque()  # busy channels with nothing running, in turn
         self._running: dict[str, int] = {}  # channel -> the thread running its job
         self._idle = 0  # workers waiting for a ready channel
         self._workers = 0
         self._spawned = -math.inf  # when the last worker was started (monotonic)
+        self._held = False  # a start-up queues all it judged runnable before anything runs
         self.closed = False
 
-    def put(self, job: _Job, queued: Callable[[], None] = lambda: None) -> bool:
-        """Queue ``job`` and say so (``queued``, before it can start); False when the channel's queue is
-        full (or the watcher stops)."""
+    def put(self, job: _Job, queued: Callable[[], None] = lambda: None, limit: bool = True) -> bool:
+        """Queue ``job`` and say so (``queued``, before it can start); False when ``limit`` and the channel
+        already has ``max_queued`` events waiting (or the watcher stops)."""
         with self._lock:
             queue = self._waiting.get(job.channel)
-            if self.closed or (queue is not None and len(queue) >= self.max_queued and not job.notice):
+            full = limit and not job.notice and self._events.get(job.channel, 0) >= self.max_queued
+            if self.closed or full:
                 return False
             queued()
             if queue is not None:  # busy: its turn comes
                 queue.append(job)
+                self._events[job.channel] += not job.notice
                 return True
-            self._waiting[job.channel] = deque([job])
+            self._waiting[job.channel], self._events[job.channel] = deque([job]), int(not job.notice)
             self._ready.append(job.channel)
         self.staff()
         return True
 
+    def hold(self) -> None:
+        with self._lock:
+            self._held = True
+
+    def release(self) -> None:
+        with self._lock:
+            self._held = False
+        self.staff()
+
     def staff(self) -> None:
         """See that a ready channel gets a worker: a waiting one, or a new one, paced (called at every poll)."""
         with self._lock:
-            if self._idle >= len(self._ready):  # a waiting worker takes it (or none is ready)
+            if self._held or self._idle >= len(self._ready):  # a waiting worker takes it (or none is ready)
                 self._lock.notify(len(self._ready))
                 return
             if self._workers and time.monotonic() - self._spawned < _SPAWN_GAP:
                 return
             self._workers += 1
             self._spawned = time.monotonic()
-        self.spawn(self._work)
+        self._spawn(self._work)
 
     def submit(self, channel: str, fn: Callable[[], None]) -> bool:
         """A user's own message: refused while the channel runs or has anything waiting."""
         with self._lock:
-            if channel in self._waiting:
+            if channel in self._waiting or self.closed:
                 return False
-        return self.put(_Job(channel, fn))
+            self._waiting[channel], self._events[channel] = deque([_Job(channel, fn)]), 1
+            self._ready.append(channel)
+        self.staff()
+        return True
 
     def withdraw(self, channel: str, name: str) -> list[_Job]:
         """Take a file's waiting occurrences off its channel's queue (the file was removed or changed)."""
@@ -1066,8 +1109,9 @@ class _Channels:
             taken = [job for job in queue if job.event and job.event.filename == name and not job.notice]
             for job in taken:
                 queue.remove(job)
+                self._events[channel] -= 1
             if taken and not queue and channel not in self._running:  # nothing left: not busy any more
-                del self._waiting[channel]
+                del self._waiting[channel], self._events[channel]
                 self._ready.remove(channel)
             return taken
 
@@ -1077,20 +1121,24 @@ class _Channels:
                        for job in self._waiting.get(channel, ()))
 
     def close(self) -> list[_Job]:
-        """Stop taking jobs and drop what waits; the running ones go on."""
+        """Stop taking jobs and drop what waits; the running ones go on, and idle workers go at once."""
         with self._lock:
             self.closed = True
             dropped = [job for queue in self._waiting.values() for job in queue]
             self._waiting = {channel: deque() for channel in self._running}
+            self._events = dict.fromkeys(self._running, 0)
             self._ready.clear()
             self._lock.notify_all()
             return dropped
 
     def wait(self, timeout: float | None) -> list[str]:
-        """Wait up to ``timeout`` for the running jobs (not the caller's own); return the channels still running."""
+        """Wait up to ``timeout`` for the running jobs (not the caller's own) and, once closed, for the workers
+        to be gone; return the channels still running."""
         me = threading.get_ident()
+        mine: Callable[[], int] = lambda: sum(ident == me for ident in self._running.values())
         with self._lock:
-            self._lock.wait_for(lambda: all(ident == me for ident in self._running.values()), timeout)
+            self._lock.wait_for(lambda: len(self._running) == mine() and not (self.closed and self._workers > mine()),
+                                timeout)
             return sorted(channel for channel, ident in self._running.items() if ident != me)
 
     def _work(self) -> None:
@@ -1098,27 +1146,29 @@ class _Channels:
         with self._lock:
             while True:
                 self._idle += 1
-                self._lock.wait_for(lambda: self._ready, self._linger)
+                self._lock.wait_for(lambda: self._ready or self.closed, self._linger)
                 self._idle -= 1
                 if not self._ready:
                     self._workers -= 1
+                    self._lock.notify_all()  # stop() waits for the workers to be gone
                     return
                 channel = self._ready.popleft()
                 job = self._waiting[channel].popleft()
+                self._events[channel] -= not job.notice
                 self._running[channel] = threading.get_ident()
                 self._lock.release()
                 try:
                     job.run()
-                except BaseException:  # a job reports its own errors: this is the last resort, never a dead worker
+                except Exception:  # a job reports its own errors: this is the last resort, never a dead worker
                     log.exception("channel %s: a run failed", channel)
                 finally:
                     self._lock.acquire()
-                del self._running[channel]
-                if self._waiting[channel]:
-                    self._ready.append(channel)
-                else:
-                    del self._waiting[channel]
-                self._lock.notify_all()
+                    del self._running[channel]
+                    if self._waiting[channel]:
+                        self._ready.append(channel)
+                    else:
+                        del self._waiting[channel], self._events[channel]
+                    self._lock.notify_all()
 
 
 # --- The history: one JSON line per outcome, for the agent and its operator ---
@@ -1159,20 +1209,17 @@ class _History:
             self._failing = False
 
 
-# --- The files and their runs: what each file becomes, and the markers that outlive a crash ---
+# --- The files and their runs: what each file becomes, and the records that outlive a crash ---
 
-# A run in progress, or a notice not yet told, has a marker in the events directory: the event file itself,
-# moved or linked under ``.mom_events.run.ID.NAME`` (its run is told ``interrupted`` if it never ends), or a
-# small private file holding the notice to tell.  The next start tells every marker it finds, after stopping
-# the processes of its run.
-_MARKER = ".mom_events.run."
+# Every run, and every notice not yet told, has a crash record in the private directory DIR/.mom_events/,
+# written by the harness before the run begins (before a notice's file goes): what to tell if this harness
+# never removes it (a run's message as delivered, told `interrupted`; a notice, as it is), the file still to
+# delete, and the sessions of the commands the run started.  The next start stops each run's processes and
+# tells every record.  A record never depends on the event file, which may change or vanish meanwhile.
+_RECORDS = ".mom_events"
+_OLD_MARKER = ".mom_events.run."  # 0.2.0 kept its markers in DIR itself: read once, at the next start
 _RETRIES = (0.1, 0.2, 0.4)  # a bad file may be mid-write: read again after these
-_here = threading.local()  # the run on this worker thread, for --exec's environment
-
-
-def _run_id() -> str | None:
-    """The id of the run on this worker thread (``MOM_EVENT_RUN`` in a command's environment)."""
-    return getattr(_here, "run", None)
+_LISTED = 10  # a coalesced notice lists its first events, each text cut at 500 characters
 
 
 def _stop_run(*run_ids: str, wait: float = 1.0) -> int:
@@ -1194,7 +1241,7 @@ def _stop_run(*run_ids: str, wait: float = 1.0) -> int:
 
     def kill(pids: list[int], signo: int) -> None:
         for pid in pids:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signo)
 
     found = members()
@@ -1210,13 +1257,15 @@ def _stop_run(*run_ids: str, wait: float = 1.0) -> int:
 
 
 def _take(directory: str, name: str, sig: _Signature, rename_to: str | None = None) -> bool:
-    """Rename the file ``name`` to ``rename_to`` (None: delete it) if it is still the one that was judged: it is
+    """Delete the file ``name`` (or rename it to ``rename_to``) if it is still the one that was judged: it is
     moved first and checked there, so that a newer file an ``mv`` put under its name is never lost."""
     path = os.path.join(directory, name)
-    aside = os.path.join(directory, rename_to or f".mom_events.take.{uuid.uuid4().hex}")
+    aside = os.path.join(directory, rename_to or os.path.join(_RECORDS, f"take.{uuid.uuid4().hex}"))
     try:
         os.rename(path, aside)
     except FileNotFoundError:
+        if os.path.lexists(path):  # our private directory is gone (the directory made anew)
+            raise
         return False
     try:
         if _signature(os.stat(aside))[:3] == sig[:3]:  # a rename changes the ctime, nothing else
@@ -1233,64 +1282,204 @@ def _take(directory: str, name: str, sig: _Signature, rename_to: str | None = No
     return False
 
 
-def _markers(directory: str) -> list[tuple[str, str, Event, _Signature | None]]:
-    """The markers a dead harness left: (its name, the run's id, the notice to tell, the file to delete)."""
-    found: list[tuple[str, str, Event, _Signature | None]] = []
-    for name in os.listdir(directory):
-        if name.startswith(".mom_events.take."):  # a file being deleted or renamed as the harness died
-            log.warning("%s: left by a harness that died while it deleted a file: removed", name)
-            os.unlink(os.path.join(directory, name))
-        elif name.startswith(_MARKER):
-            run_id, _, filename = name[len(_MARKER):].partition(".")
-            try:
-                with open(os.path.join(directory, name), "rb") as marker:
-                    data = marker.read(MAX_FILE_BYTES + 1)
-                if filename:  # the event file itself, moved here (a one-shot's, an immediate's) or linked
-                    found.append((name, run_id, _interrupted(_parse(data, filename)[0]), None))
-                else:
-                    notice, sig = json.loads(data)
-                    found.append((name, run_id, Event(**notice), sig and tuple(sig)))
-            except (OSError, ValueError, TypeError):  # torn as it was written: its run never began
-                log.warning("%s: unreadable, removed", name)
-                _stop_run(run_id)
-                _unmark(directory, name)
-    return found
+def _unchanged(directory: str, name: str, sig: _Signature) -> bool:
+    """Is the file ``name`` still the one that was judged (a periodic's, as its run begins)?"""
+    with contextlib.suppress(FileNotFoundError):
+        return _signature(os.stat(os.path.join(directory, name)))[:3] == sig[:3]
+    return False
 
 
-def _mark(directory: str, run_id: str, notice: Event, sig: _Signature | None = None) -> str | None:
-    """Write a marker file, the notice to tell (and the file to delete) if this harness never gets to remove
-    it, and return its name; None if it cannot be written."""
-    name = _MARKER + run_id
-    data = [{"filename": notice.filename, "type": notice.type, "channel_id": notice.channel_id,
-             "text": notice.text}, sig]
+def _record_path(directory: str, run_id: str) -> str:
+    return os.path.join(directory, _RECORDS, f"run.{run_id}")
+
+
+def _write_record(directory: str, run_id: str, tell: Event, file: tuple[str, _Signature] | None,
+                  again: bool = False) -> bool:
+    """Write a crash record (``again``: replace it whole, as a coalesced notice grows); False, logged, if it
+    cannot be.  A record torn as its harness died is one whose run had not begun: the next start drops it."""
+    path = _record_path(directory, run_id)
+    told = {"filename": tell.filename, "type": tell.type, "channel_id": tell.channel_id, "text": tell.text,
+            "due": tell.due and tell.due.isoformat()}
+    written = path + ".new" if again else path
     try:
-        with open(os.path.join(directory, name), "x", encoding="utf-8", opener=_private) as marker:
-            json.dump(data, marker)
+        with open(written, "wb" if again else "xb", opener=_private) as record:
+            record.write((json.dumps({"tell": told, "file": file}) + "\n").encode())
+        if again:
+            os.replace(written, path)
     except OSError as exc:
-        log.error("%s: its marker cannot be written: %s", notice.filename, exc.strerror or exc)
-        _unmark(directory, name)
-        return None
-    return name
+        log.error("%s: its crash record cannot be written: %s", tell.filename, exc.strerror or exc)
+        with contextlib.suppress(OSError):
+            os.unlink(written)
+        return False
+    return True
+
+
+def _note_session(directory: str, run_id: str, session: int, start: int) -> None:
+    """Add a command's session (its id, and its leader's start time) to its run's record, so that a successor
+    stops what is left of it even if it renamed itself and lost its tag."""
+    no_create: Callable[[str, int], int] = lambda path, flags: os.open(path, flags & ~os.O_CREAT)
+    with contextlib.suppress(FileNotFoundError), open(_record_path(directory, run_id), "a", opener=no_create) as record:
+        record.write(f"{session} {start}\n")  # no record (a function given to submit()): no session to note
 
 
 def _private(path: str, flags: int) -> int:
-    return os.open(path, flags, 0o600)
+    return os.open(path, flags | os.O_NONBLOCK, 0o600)  # a FIFO put in its place never blocks a read
 
 
-def _unmark(directory: str, name: str) -> None:
+def _unrecord(directory: str, run_id: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(directory, name))
+        os.unlink(_record_path(directory, run_id))
 
 
-class _CutShort(Exception):
-    """Raised by a handler whose run the harness's own shutdown cut short: its file and marker stay, and the
-    next start tells it interrupted."""
+_Record = tuple[str, Event, "tuple[str, _Signature] | None", list[tuple[int, int]]]
 
 
-def _interrupted(event: Event) -> Event:
-    return Event(event.filename, "interrupted", event.channel_id,
-                 f"This run was cut short (the harness stopped or died while it ran), so its outcome is unknown. "
-                 f"It was: {event.message}")
+def _records(directory: str) -> list[_Record]:
+    """The crash records a dead harness left: (the run's id, what to tell, the file to delete, its sessions)."""
+    folder, found = os.path.join(directory, _RECORDS), list[_Record]()
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if not name.startswith("run.") or name.endswith(".new"):  # a file being deleted, a record being replaced
+            _left_aside(path)
+            continue
+        try:
+            with open(path, "rb", opener=_private) as record:
+                first, *lines = record.read().decode().split("\n")
+            kept = json.loads(first)
+            told, file, due = kept["tell"], kept["file"], kept["tell"].pop("due")
+            event = Event(**told, due=due and datetime.fromisoformat(due))
+        except (OSError, ValueError, TypeError, KeyError):
+            log.warning("%s: a crash record torn as it was written (its run had not begun): removed", name)
+            os.unlink(path)
+            continue
+        sessions = [(int(a), int(b)) for a, b in (line.split() for line in lines if re.fullmatch(r"\d+ \d+", line))]
+        found.append((name[4:], event, file and (file[0], tuple(file[1])), sessions))
+    return found
+
+
+def _left_aside(path: str) -> None:
+    log.warning("%s: left by a harness that died while it deleted or wrote it: removed", path)
+    os.unlink(path)
+
+
+def _upgrade(directory: str) -> None:
+    """0.2.0's markers, in the directory itself, become records, once: nothing it had accepted is lost."""
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if name.startswith(".mom_events.take."):
+            _left_aside(path)
+        if not name.startswith(_OLD_MARKER):
+            continue
+        run_id, _, filename = name[len(_OLD_MARKER):].partition(".")
+        try:
+            with open(path, "rb", opener=_private) as marker:
+                data = marker.read(MAX_FILE_BYTES + 1)
+            if filename:  # the event file itself, moved there (a one-shot's, an immediate's) or linked
+                event = _parse(data, filename)[0]
+                told, file = Event(filename, "run", event.channel_id, event.message), None
+            else:  # a small file: [the notice, the file to delete]
+                notice, sig = json.loads(data)
+                told, file = Event(**notice), sig and (notice["filename"], tuple(sig))
+        except (OSError, ValueError, TypeError):
+            log.warning("%s: unreadable, removed", name)
+        else:
+            _write_record(directory, run_id, told, file)
+        os.unlink(path)
+
+
+def _interrupted(run: Event, stopped: int) -> Event:
+    """What a run cut short is told: its message as it was delivered, whole."""
+    were = "was" if stopped == 1 else "were"
+    left = f" {_plural(stopped, 'process')} it left running {were} stopped." if stopped else ""
+    return Event(run.filename, "interrupted", run.channel_id, f"This run was cut short (the harness stopped or died "
+                 f"while it ran), so its outcome is unknown.{left} It was: {run.text}", due=run.due)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 'es' if noun.endswith('s') else 's'}"
+
+
+def _due_time(due: float | None, timing: _Timing | None) -> datetime | None:
+    return None if due is None else datetime.fromtimestamp(due, timing.zone if timing else UTC)
+
+
+class _Runner:
+    """The run side, on the channels' workers: a run's crash record, the handler, its file deleted and the
+    record removed; a notice told.  It keeps no state of its own, so any number of workers call it at once."""
+
+    def __init__(self, directory: str, handler: Callable[[Event], Any],
+                 on_error: Callable[[Event, BaseException], Any], history: _History, clock: Callable[[], float],
+                 ours: Callable[[], bool]) -> None:
+        self.directory = directory
+        self.handler = handler
+        self.on_error = on_error
+        self.history = history
+        self.clock = clock
+        self.ours = ours  # is the directory's lock still this harness's?
+        self.loop: Any = None  # an asyncio loop, for coroutine handlers; set before the first run
+
+    def run(self, event: Event, due: float | None, sig: _Signature, last: bool) -> None:
+        """One occurrence.  It begins only while the lock is this harness's and its file is the one judged; an
+        immediate's or one-shot's file goes as it begins (its record holds what to tell), a periodic's after
+        its ``last`` run."""
+        run_id = uuid.uuid4().hex
+        late = None if due is None else self.clock() - due
+        event = replace(event, run_id=run_id, late=late if late is not None and late >= 1 else None)
+        periodic = event.type == "periodic"
+        begun = self.ours() and _write_record(self.directory, run_id, replace(event, type="run", text=event.message),
+                                              None if periodic else (event.filename, sig))
+        try:
+            begun = begun and (_unchanged if periodic else _take)(self.directory, event.filename, sig)
+        except OSError as exc:
+            log.error("%s: cannot be taken for its run: %s", event.filename, exc.strerror or exc)
+            begun = False
+        if not begun:
+            _unrecord(self.directory, run_id)
+            self.history.record("cancelled", event, due, "not run: its file changed or went, the directory is no "
+                                                         "longer this harness's, or no record can be written")
+            return
+        if (outcome := self._call_handler(event, due)) is None:
+            return
+        if periodic and last:
+            try:
+                _take(self.directory, event.filename, sig)
+            except OSError as exc:
+                log.error("%s: cannot be deleted: %s; it will not run again", event.filename, exc.strerror or exc)
+        _unrecord(self.directory, run_id)
+        self.history.record(*outcome)
+
+    def tell(self, notice: Event, run_id: str) -> None:
+        """A notice whose record is written: told at least once (again by the next start, if this one dies)."""
+        due = None if notice.due is None else notice.due.timestamp()
+        if (outcome := self._call_handler(replace(notice, run_id=run_id), due)) is not None:
+            _unrecord(self.directory, run_id)
+            self.history.record(*outcome)
+
+    def _call_handler(self, event: Event, due: float | None) -> tuple[str, Event, float | None, str | None] | None:
+        """The handler's run, and the outcome to record; None when it was cut short (a BaseException that is
+        not an Exception: SystemExit, KeyboardInterrupt, a cancelled coroutine): its record stays, to be told."""
+        self.history.record("started", event, due)
+        try:
+            self.call(self.handler, event)
+        except Exception as exc:
+            try:
+                self.call(self.on_error, event, exc)
+            except Exception:
+                log.exception("%s: on_error raised", event.filename)
+            return "failed", event, due, f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:
+            log.warning("%s: cut short (%s: %s); the next start tells it interrupted", event.filename,
+                        type(exc).__name__, exc)
+            return None
+        return "done", event, due, None
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Call a handler; a coroutine runs on the watcher's loop, and this worker waits for it."""
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            if self.loop is None:
+                raise TypeError("a coroutine handler needs an event loop: start the watcher inside one, or pass loop=")
+            sys.modules["asyncio"].run_coroutine_threadsafe(result, self.loop).result()
 
 
 @dataclass(eq=False, slots=True)
@@ -1305,41 +1494,61 @@ class _File:
     tries: int = 0  # reads that failed in a row while it may be mid-write
 
 
-@dataclass
-class _Setup:
-    """What the files need of the watcher."""
+@dataclass(eq=False)
+class _Gathered:
+    """A ``discarded`` or ``stale`` notice waiting on its channel: each further event of its kind there joins
+    it (on the scheduler's thread) until a worker begins to tell it (``begin``); ``lock`` guards the two."""
 
-    directory: str
-    handler: Callable[[Event], Any]
-    on_error: Callable[[Event, BaseException], Any]
-    channels: _Channels
-    schedule: _Schedule
-    history: _History
-    clock: Callable[[], float]
-    zone: tzinfo
-    misfire_grace: float
-    notify: bool
-    loop: Any = None  # an asyncio loop, for coroutine handlers
+    kind: str
+    channel: str
+    head: str  # its first sentence, {count} and {was} to fill
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    events: list[tuple[str, str, float | None]] = field(default_factory=list)  # name, text, due
+    begun: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def notice(self) -> Event:
+        count, (first, _, due) = len(self.events), self.events[0]
+        listed = "".join(f"\n- {name}: {text[:500]}" for name, text, _ in self.events[:_LISTED])
+        more = f"\nand {count - _LISTED} more." if count > _LISTED else ""
+        head = self.head.format(count=_plural(count, "event"), was="it was" if count == 1 else "they were")
+        return Event(first, self.kind, self.channel, f"{head} {'It was' if count == 1 else 'They were'}:{listed}{more}",
+                     due=_due_time(due, None))
+
+    def begin(self) -> Event:
+        with self.lock:
+            self.begun = True
+            return self.notice()
 
 
 class _Files:
-    """What becomes of each file: read, judged, scheduled, queued, run and deleted, or rejected.  Only the
-    scheduler's thread calls it; a run, on its worker, touches nothing here but its own job."""
+    """What becomes of each file: read, judged, scheduled, queued, or dropped with a notice.  Only the
+    scheduler's thread calls it; the runs it queues are the _Runner's, on the workers."""
 
-    def __init__(self, setup: _Setup) -> None:
-        self.s = setup
+    def __init__(self, directory: str, runner: _Runner, channels: _Channels, schedule: _Schedule, history: _History,
+                 zone: tzinfo, misfire_grace: float, notify: bool) -> None:
+        self.directory = directory
+        self.runner = runner
+        self.channels = channels
+        self.schedule = schedule
+        self.history = history
+        self.zone = zone  # the user's: an interval's due times are shown in it
+        self.misfire_grace = misfire_grace
+        self.notify = notify
         self.files: dict[str, _File] = {}
+        self.down: _Downtime | None = None  # during a start-up: the time no harness ran (and no queue limit)
+        self._gathered: dict[tuple[str, str], _Gathered] = {}
 
-    def seen(self, name: str, sig: _Signature | None, now: float, down: tuple[float, float] | None = None) -> None:
+    def seen(self, name: str, sig: _Signature | None, now: float) -> None:
         """The scanner's news of one file: gone (``sig`` None), new, changed, or to be read again (racy)."""
         file = self.files.get(name)
         if sig is None:
-            if file is not None:
-                self._cancel(self.files.pop(name))
+            if file is not None and self._cancel(self.files.pop(name)) and file.event is not None:
+                self.history.record("cancelled", file.event, detail="its file was removed")
             return
         if file is None:
             self.files[name] = file = _File(name, sig)
-        self._read(file, now, down)
+        self._read(file, now)
 
     def due(self, due: float, name: str, now: float) -> None:
         """A file's entry in the schedule came up: its occurrence, or its next read while it is bad."""
@@ -1349,9 +1558,9 @@ class _Files:
         else:
             self._fire(file, due, now)
 
-    def _read(self, file: _File, now: float, down: tuple[float, float] | None = None, again: bool = False) -> None:
+    def _read(self, file: _File, now: float, again: bool = False) -> None:
         try:  # non-blocking: a FIFO put under the name since the scan must not hang the scheduler
-            fd = os.open(os.path.join(self.s.directory, file.name), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(os.path.join(self.directory, file.name), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:  # removed since the scan: the next one says so
             return
         except OSError as exc:
@@ -1374,8 +1583,7 @@ class _Files:
         file.digest, file.event, file.timing = digest, None, None
         try:
             event, unknown = _parse(data, file.name)
-            timing = _timing(event, st.st_mtime, self.s.zone)
-            written = min(st.st_mtime, now)  # an mtime ahead of the clock (cp -p, touch -d) was no later than now
+            timing = _timing(event, st.st_mtime, self.zone)
         except _NeedsCroniter as exc:
             log.error("%s; the file is left in place", exc)
             return
@@ -1385,183 +1593,205 @@ class _Files:
         if unknown:
             log.warning("%s: unknown fields ignored: %s", file.name, ", ".join(unknown))
         file.event, file.timing = event, timing
-        self._act(file, _judge(event, written, now, timing, down, self.s.misfire_grace), now)
+        written = st.st_ctime if timing is None else st.st_mtime  # an immediate: when it entered the directory
+        written = min(written, now)  # a time ahead of the clock (cp -p, touch -d) counts as now
+        self._act(file, _judge(event, written, now, timing, self.down, self.misfire_grace), now)
 
     def _retry(self, file: _File, reason: str, data: bytes, now: float) -> None:
         """A bad file may be mid-write: read again after 100, 200 and 400 ms, then rejected."""
         if file.tries < len(_RETRIES):
-            self.s.schedule.push(now + _RETRIES[file.tries], file.name)
+            self.schedule.push(now + _RETRIES[file.tries], file.name)
             file.tries += 1
         else:
             self._reject(file, reason, _loose(file.name, data))
 
     def _act(self, file: _File, verdict: _Verdict, now: float) -> None:
-        event = file.event
+        event, timing = file.event, file.timing
         assert event is not None
+        if verdict.skipped is not None and timing is not None:
+            self._skipped(file.name, event, timing, verdict.skipped, verdict.due)
         if verdict.outcome == "run":
             if verdict.next_due is not None:
-                self.s.schedule.push(verdict.next_due, file.name)
-            self._queue(file, verdict.due, now, final=verdict.next_due is None)
+                self.schedule.push(verdict.next_due, file.name)
+            self._queue(file, verdict.due, now, last=verdict.next_due is None)
         elif verdict.outcome == "schedule":
-            self.s.schedule.push(verdict.due or now, file.name)
+            self.schedule.push(verdict.due or now, file.name)
         elif verdict.outcome == "invalid":
             self._reject(file, verdict.reason, event)
-        else:  # stale, missed, ended: the file goes unrun, and the agent hears of a missed one-shot
-            self._drop(file, verdict.outcome, verdict.reason, event, verdict.due,
-                       notice="missed" if verdict.outcome == "missed" else None)
+        elif verdict.outcome == "missed":
+            told = (f"This one-shot did not run: {verdict.reason}, and its file was deleted. It was: "
+                    f"{self._delivered(event, timing, verdict.due).message}")
+            self._drop(file, "missed", verdict.reason, event, verdict.due, notice=("missed", told))
+        elif verdict.outcome == "stale":
+            self._drop(file, "stale", verdict.reason, event, notice=("stale", ""))
+        else:  # ended: a periodic's last run went by while no harness ran
+            self._drop(file, verdict.outcome, verdict.reason, event)
+
+    def _reject(self, file: _File, reason: str, event: Event) -> None:
+        """Rename a bad file to NAME.json.rejected and tell the agent why on its channel, if it has one."""
+        told = f"{reason.rstrip('.')}. The file is now {file.name}.rejected: fix it and move it back to {file.name}."
+        self._drop(file, "invalid", reason, event, notice=("rejected", told), rename_to=file.name + ".rejected")
+
+    def _skipped(self, name: str, event: Event, timing: _Timing, due: float, following: float | None) -> None:
+        """An occurrence a start-up does not catch up: recorded; told, when the file asked for a catch-up."""
+        down = self.down or _Downtime(None, None, due)
+        reason = f"it fell due at {_iso(due, timing.zone)} while no harness was running{_between(down, timing.zone)}"
+        self.history.record("skipped", event, due, reason)
+        if (reach := _catch_up(event)) is None or not self.notify:
+            return
+        then = "" if following is None else f" Its next run is at {_iso(following, timing.zone)}."
+        told = (f"This run was skipped: {reason}, and it would run {_duration(down.start - due)} late, more than "
+                f"its catchUp of {_duration(reach)}. The file stays.{then} It was: "
+                f"{self._delivered(event, timing, due).message}")
+        notice, run_id = Event(name, "skipped", event.channel_id, told, due=_due_time(due, timing)), uuid.uuid4().hex
+        _write_record(self.directory, run_id, notice, None)  # unwritten (a full disk): told all the same, not again
+        self._queue_notice(notice, run_id)
+
+    @staticmethod
+    def _delivered(event: Event, timing: _Timing | None, due: float | None) -> Event:
+        """The event as its run is (or would have been) delivered: ``(due ...)`` in its own zone."""
+        return event if due is None or timing is None else replace(event, due=_due_time(due, timing))
 
     def _fire(self, file: _File, due: float, now: float) -> None:
         """An occurrence is due: the next one is scheduled, this one queued."""
         assert file.timing is not None
         following = file.timing.next_after(max(due, now))  # after a forward clock step, what is due fires once
         if following is not None:
-            self.s.schedule.push(following, file.name)
-        self._queue(file, due, now, final=following is None)
+            self.schedule.push(following, file.name)
+        self._queue(file, due, now, last=following is None)
 
-    def _queue(self, file: _File, due: float | None, now: float, final: bool) -> None:
-        """Queue one occurrence; the last one of a file deletes it after its run."""
-        event, channels = file.event, self.s.channels
-        assert event is not None
-        if due is not None and file.timing is not None:
-            event = replace(event, due=datetime.fromtimestamp(due, file.timing.zone))
-        if not final and channels.waiting(event.channel_id, file.name):  # a slow agent's queue gets one of each
-            self.s.history.record("coalesced", event, due, "its previous occurrence is still waiting")
+    def _queue(self, file: _File, due: float | None, now: float, last: bool) -> None:
+        """Queue one occurrence (the ``last`` of a file deletes it).  A start-up queues all it judged runnable:
+        the queue's limit is for what comes later."""
+        assert file.event is not None
+        event, channels, sig = self._delivered(file.event, file.timing, due), self.channels, file.sig
+        if not last and channels.waiting(event.channel_id, file.name):  # a slow agent's queue gets one of each
+            self.history.record("coalesced", event, due, "its previous occurrence is still waiting")
             return
-        sig = file.sig if final else None
-        run = lambda: self._perform(event, due, sig, uuid.uuid4().hex)
-        if channels.put(_Job(event.channel_id, run, event), lambda: self.s.history.record("queued", event, due)):
+        run = lambda: self.runner.run(event, due, sig, last)
+        if channels.put(_Job(event.channel_id, run, event), lambda: self.history.record("queued", event, due),
+                        limit=self.down is None):
             return
-        log.warning("%s: channel %s has %d events waiting: this one is discarded", file.name, event.channel_id,
-                    channels.max_queued)
-        self.s.history.record("discarded", event, due, "its channel's queue was full")
-        if sig is not None:
-            _take(self.s.directory, file.name, sig)
-
-    def _perform(self, event: Event, due: float | None, sig: _Signature | None, run_id: str,
-                 marked: str | None = None) -> None:
-        """One run, on its channel's worker: its marker first (what the next start tells if this run never
-        ends), the handler, then its file deleted (if ``sig``: the file as judged) and the marker removed."""
-        if due is not None and (late := self.s.clock() - due) >= 1:
-            event = replace(event, late=late)
-        marker = self._begin(event, sig, run_id) if marked is None else marked
-        if not marker:  # gone or changed since it was queued (rm cancels to the last instant), or no marker
-            self.s.history.record("cancelled", event, due, "not run: its file changed, or no marker can be written")
+        reason = f"its channel {event.channel_id} already has {channels.max_queued} events waiting"
+        if last:  # an immediate's or one-shot's file goes, as a periodic's after its last run
+            self._drop(file, "discarded", reason, event, due, notice=("discarded", ""))
             return
-        self.s.history.record("started", event, due)
-        outcome, detail = "done", None
-        _here.run = run_id
-        try:
-            self._call(self.s.handler, event)
-        except _CutShort as exc:
-            log.warning("%s: %s; it is told interrupted at the next start", event.filename, exc)
-            return
-        except BaseException as exc:
-            outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
-            try:
-                self._call(self.s.on_error, event, exc)
-            except BaseException:
-                log.exception("%s: on_error raised", event.filename)
-        finally:
-            _here.run = None
-        if sig is not None and marker == _MARKER + run_id:  # a marker file: the event file is still there
-            try:
-                _take(self.s.directory, event.filename, sig)
-            except OSError as exc:
-                log.error("%s: cannot be deleted: %s; it will not run again", event.filename, exc.strerror or exc)
-        _unmark(self.s.directory, marker)  # with a one-shot's or immediate's file, moved under it
-        self.s.history.record(outcome, event, due, detail)
-
-    def _begin(self, event: Event, sig: _Signature | None, run_id: str) -> str | None:
-        """A run's marker, which the next start tells interrupted if this harness dies first: its event file,
-        moved under the marker's name (a one-shot's, an immediate's: it goes with the marker, and a newer one
-        written meanwhile is a new event) or linked (a periodic's); a small file where neither can be.  A file
-        costs ten times as much as a rename or a link here (a burst of 10,000 runs spent 2.5 s creating them)."""
-        marker, path = f"{_MARKER}{run_id}.{event.filename}", os.path.join(self.s.directory, event.filename)
-        with contextlib.suppress(OSError):  # a name too long, or no links: a marker file
-            if len(marker) <= 255 and sig is not None:
-                return marker if _take(self.s.directory, event.filename, sig, marker) else None
-            if len(marker) <= 255:
-                os.link(path, os.path.join(self.s.directory, marker), follow_symlinks=False)
-                return marker
-        return _mark(self.s.directory, run_id, _interrupted(event), sig)
-
-    def _call(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Call a handler; a coroutine runs on the watcher's loop, and this worker waits for it."""
-        result = fn(*args)
-        if inspect.isawaitable(result):
-            if self.s.loop is None:
-                raise TypeError("a coroutine handler needs an event loop: start the watcher inside one, or pass loop=")
-            asyncio = sys.modules["asyncio"]
-            asyncio.run_coroutine_threadsafe(result, self.s.loop).result()
-
-    def tell(self, notice: Event, run_id: str, marker: str) -> None:
-        """Queue a notice whose marker is written: never discarded by a full queue, told at least once."""
-        run = lambda: self._perform(notice, None, None, run_id, marked=marker)
-        self.s.channels.put(_Job(notice.channel_id, run, notice, notice=True),
-                            lambda: self.s.history.record("queued", notice))
-
-    def _reject(self, file: _File, reason: str, event: Event) -> None:
-        """Rename a bad file to NAME.json.rejected and tell the agent why on its channel, if it has one."""
-        self._drop(file, "invalid", reason, event, notice="rejected", rename_to=file.name + ".rejected",
-                   told=f"{reason}. The file is now {file.name}.rejected: fix it and move it back to {file.name}.")
+        log.warning("%s: %s", file.name, reason)
+        self.history.record("discarded", event, due, reason)
+        if self.notify:
+            self._gather("discarded", event, due, None)(True)
 
     def _drop(self, file: _File, outcome: str, reason: str, event: Event, due: float | None = None,
-              notice: str | None = None, rename_to: str | None = None, told: str | None = None) -> None:
-        """The file goes unrun: deleted (or renamed), logged, recorded, and the agent told in a ``notice``, whose
-        marker is written first, so that it is told even if this harness dies before it could."""
-        run_id, tell = uuid.uuid4().hex, notice is not None and self.s.notify and bool(event.channel_id)
-        said = Event(file.name, notice or "", event.channel_id, told or reason)
-        marker = _mark(self.s.directory, run_id, said) if tell else None
+              notice: tuple[str, str] | None = None, rename_to: str | None = None) -> None:
+        """The file goes unrun: its notice's record is written first (told even if this harness dies next),
+        then the file is deleted (or renamed), logged and recorded, and the notice queued.  ``notice``: its
+        type and text; a discarded or stale one joins the one of its kind waiting on the channel."""
+        told: Callable[[bool], None] | None = None
+        if notice is not None and self.notify and event.channel_id:
+            kind, text = notice
+            if kind in ("discarded", "stale"):
+                told = self._gather(kind, event, due, file)
+            else:
+                said, run_id = Event(file.name, kind, event.channel_id, text, due=_due_time(due, file.timing)), \
+                    uuid.uuid4().hex
+                _write_record(self.directory, run_id, said, (file.name, file.sig))  # unwritten: told, not again
+                told = lambda taken: self._queue_notice(said, run_id) if taken else _unrecord(self.directory, run_id)
         try:
-            taken = _take(self.s.directory, file.name, file.sig, rename_to)
+            taken = _take(self.directory, file.name, file.sig, rename_to)
         except OSError as exc:
             log.error("%s: %s; it cannot be removed (%s): it will not run", file.name, reason, exc.strerror or exc)
             taken = False
+        if told is not None:
+            told(taken)
         if not taken:  # written anew meanwhile (judged anew), or stuck
-            if marker:
-                _unmark(self.s.directory, marker)
             return
         if rename_to:
             log.error("%s: %s; renamed to %s", file.name, reason, rename_to)
         else:
             log.warning("%s: %s (%s)", file.name, reason, outcome)
-        self.s.history.record(outcome, event, due, reason)
-        if tell:
-            self.tell(said, run_id, marker or _MARKER + run_id)  # none written (a full disk): told, not again
+        self.history.record(outcome, event, due, reason)
 
-    def _cancel(self, file: _File) -> None:
-        """The file was removed or changed: what was scheduled for it goes, and what of it waits in a queue."""
-        self.s.schedule.cancel(file.name)
+    def _gather(self, kind: str, event: Event, due: float | None, file: _File | None) -> Callable[[bool], None]:
+        """Add an event to the notice of ``kind`` waiting on its channel, or start one; its record is written
+        whole, with the file still to go.  Returns what to do once the file went (or did not)."""
+        key, item = (event.channel_id, kind), (event.filename, event.text, due)
+        gathered, taking = self._gathered.get(key), None if file is None else (file.name, file.sig)
+        with gathered.lock if gathered else contextlib.nullcontext():
+            joined = gathered is not None and not gathered.begun
+            if gathered is not None and joined:
+                gathered.events.append(item)
+                _write_record(self.directory, gathered.run_id, gathered.notice(), taking, again=True)
+        if gathered is None or not joined:
+            heads = {"discarded": f"{{count}} did not run: the channel already had {self.channels.max_queued} events "
+                                  "waiting, so {was} discarded.",
+                     "stale": "{count} did not run: {was} written while no harness was running"
+                              f"{_between(self.down, self.zone) if self.down else ''}, and deleted unrun."}
+            gathered = self._gathered[key] = _Gathered(kind, event.channel_id, heads[kind], events=[item])
+            _write_record(self.directory, gathered.run_id, gathered.notice(), taking)
+        fresh = not joined
+
+        def then(taken: bool) -> None:
+            if taken and fresh:
+                self._queue_notice(gathered.notice(), gathered.run_id, gathered.begin)
+            elif not taken:  # the file was written anew meanwhile: it is judged anew, and not in the notice
+                with gathered.lock:
+                    if not gathered.begun and item in gathered.events:
+                        gathered.events.remove(item)
+                        if gathered.events:
+                            _write_record(self.directory, gathered.run_id, gathered.notice(), None, again=True)
+                        else:
+                            gathered.begun = True  # never queued, or told empty: none will join it
+                            _unrecord(self.directory, gathered.run_id)
+        return then
+
+    def _queue_notice(self, notice: Event, run_id: str, begin: Callable[[], Event] | None = None) -> None:
+        """Queue a notice whose record is written; it waits beside the events, and is never discarded."""
+        run = lambda: self.runner.tell(begin() if begin else notice, run_id)
+        due = None if notice.due is None else notice.due.timestamp()
+        self.channels.put(_Job(notice.channel_id, run, notice, notice=True),
+                          lambda: self.history.record("queued", notice, due))
+
+    def _cancel(self, file: _File) -> bool:
+        """The file was removed or changed: what was scheduled for it goes (True if it was scheduled), and what
+        of it waits in a queue."""
+        scheduled = self.schedule.cancel(file.name)
         if file.event is not None:
-            for job in self.s.channels.withdraw(file.event.channel_id, file.name):
-                self.s.history.record("cancelled", job.event or file.event, detail="its file was removed or changed")
+            for job in self.channels.withdraw(file.event.channel_id, file.name):
+                self.history.record("cancelled", job.event or file.event, detail="its file was removed or changed")
+        return scheduled
 
     def recover(self) -> None:
-        """What a dead harness left: the processes of its runs are stopped, the files of its runs cut short
-        deleted (a one-shot's, an immediate's), and every marker's notice told."""
-        markers = _markers(self.s.directory)
-        stopped = _stop_run(*(run_id for _, run_id, *_ in markers))
-        if stopped:
-            log.warning("stopped %d processes left running by a harness that died", stopped)
-        for name, run_id, notice, sig in markers:
-            if sig is not None:
-                _take(self.s.directory, notice.filename, sig)
-            log.warning("%s: told again: %s", notice.filename, notice.message)
-            self.tell(notice, run_id, name)
+        """What a dead harness left: each run's processes stopped and its record told ``interrupted``, the
+        files it was deleting deleted, and every notice it had not told, told."""
+        _upgrade(self.directory)
+        for run_id, told, file, _sessions in _records(self.directory):
+            if file is not None:
+                with contextlib.suppress(OSError):
+                    _take(self.directory, *file)
+            if told.type == "run":
+                told = _interrupted(told, _stop_run(run_id))
+            elif not self.notify:
+                _unrecord(self.directory, run_id)
+                continue
+            log.warning("%s: told again: %s", told.filename, told.message)
+            self._queue_notice(told, run_id)
+
+
+_CHANNEL_KEY = re.compile(r"""["']channelId["']\s*:\s*(?:"([^"\\\s]*)"|'([^'\\\s]*)')""")
 
 
 def _loose(name: str, data: bytes) -> Event:
-    """What a bad file says of itself, for the history and the notice: its type and channel, if it has any."""
+    """What a bad file says of itself, for the history and the notice: its type, and its channel, if it has
+    one; in a file whose JSON does not parse (the agent's likeliest slips), the first ``channelId`` quoted
+    with " or ' whose value is a channel."""
+    text = data.decode("utf-8", "replace").removeprefix("\ufeff")
     try:
-        obj = json.loads(data.decode("utf-8", "replace").removeprefix("\ufeff"))
+        obj = json.loads(text)
     except (ValueError, RecursionError):
         obj = None
     fields = obj if isinstance(obj, dict) else {}
-    try:  # a channel as parse_event takes it
-        channel = parse_event(json.dumps({"type": "immediate", "channelId": fields.get("channelId"), "text": "-"}),
-                              name).channel_id
-    except EventError:
-        channel = ""
+    candidates = [fields.get("channelId")] if obj is not None else [a or b for a, b in _CHANNEL_KEY.findall(text)]
+    channel = next((c for c in candidates if isinstance(c, str) and 0 < len(c) <= 255 and not _channel_fault(c)), "")
     kind = fields.get("type")
     return Event(name, kind if isinstance(kind, str) and kind in TYPES else "unknown", channel, "")
 
@@ -1591,7 +1821,8 @@ def _sd_notify(message: str) -> None:
 
 class EventsWatcher:
     """Watches ``events_dir`` and calls ``handler(event)`` on a worker thread when each event is due: one
-    run at a time per channel, channels concurrently.  See the README for the parameters."""
+    run at a time per channel, channels concurrently.  See the README for the parameters.  ``start``, ``step``
+    and the scheduling run on the caller's thread or the watcher's own; ``stop`` and ``submit`` on any."""
 
     def __init__(self, events_dir: str | os.PathLike[str], handler: Callable[[Event], Any],
                  on_error: Callable[[Event, BaseException], Any] | None = None, poll_interval: float = 0.04,
@@ -1604,13 +1835,16 @@ class EventsWatcher:
         self.clock = clock
         self.standby = standby
         self.systemd = systemd
-        self._history = None if history is None else os.fspath(history)
+        self._history_path = None if history is None else os.fspath(history)
         self._channels = _Channels(max_queued, spawn or _thread, 0.0 if spawn else 2.0)
         self._schedule = _Schedule()
-        zone = _zone(timezone) if timezone else datetime.now().astimezone().tzinfo
-        self._setup = _Setup(self.directory, handler, on_error or _log_error, self._channels, self._schedule,
-                             _History(self._history, clock), clock, zone or UTC, misfire_grace, notify, loop)
-        self._files = _Files(self._setup)
+        history_log = _History(self._history_path, clock)
+        self._runner = _Runner(self.directory, handler, on_error or _log_error, history_log, clock, self._ours)
+        self._runner.loop = loop
+        name = timezone or _host_timezone()  # an IANA zone follows daylight saving; a fixed offset would not
+        zone = _zone(name) if name else datetime.now().astimezone().tzinfo or UTC
+        self._files = _Files(self.directory, self._runner, self._channels, self._schedule, history_log, zone,
+                             misfire_grace, notify)
         self._scanner = _Scanner(self.directory, self._is_history)
         self._lock_fd: int | None = None
         self._stopping = threading.Event()
@@ -1618,17 +1852,24 @@ class EventsWatcher:
         self._started = False
         self._beat = self._touched = -math.inf
 
+    @property
+    def running(self) -> bool:
+        """True from ``start()`` until ``stop()``, or until the watcher stops by itself (a standby whose takeover
+        failed, a directory made anew that another harness took): then it logged why."""
+        return self._started and not self._stopping.is_set()
+
     def start(self, thread: bool = True) -> None:
         """Take the directory's lock, act on what is there and return; events fire on a background thread
         (``thread=False``: the caller takes each ``step``).  A standby waits for the lock on that thread."""
-        if self._started:
-            raise RuntimeError("a watcher starts once: make a new one")
+        if self._started or self._stopping.is_set():
+            raise RuntimeError("a watcher starts once, and not after stop(): make a new one")
+        if self._runner.loop is None and "asyncio" in sys.modules:  # a coroutine handler runs on the caller's loop
+            with contextlib.suppress(RuntimeError):
+                self._runner.loop = sys.modules["asyncio"].get_running_loop()
+        if self._runner.loop is None and any(map(inspect.iscoroutinefunction, (self._runner.handler,
+                                                                              self._runner.on_error))):
+            raise TypeError("a coroutine handler needs an event loop: start the watcher inside one, or pass loop=")
         self._started = True
-        if self._setup.loop is None and "asyncio" in sys.modules:  # a coroutine handler runs on the caller's loop
-            try:
-                self._setup.loop = sys.modules["asyncio"].get_running_loop()
-            except RuntimeError:
-                pass
         os.makedirs(self.directory, exist_ok=True)
         if os.stat(self.directory).st_mode & stat.S_IWOTH:
             log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
@@ -1651,13 +1892,16 @@ class EventsWatcher:
 
     def step(self, now: float | None = None, scan: bool = True) -> float | None:
         """One turn of the scheduler, as ``sched.scheduler.run(blocking=False)``: look at the directory, fire
-        what is due at ``now`` (default: the clock's) and return when the next firing or retry is due."""
+        what is due at ``now`` (default: the clock's).  Unlike ``sched``, it returns the absolute time (on the
+        watcher's clock) when the next firing or retry is due, or None: sleep ``min(poll, due - clock())``."""
         if self._lock_fd is None or self._stopping.is_set():
             return None
         now = self.clock() if now is None else now
         changes = list(self._scanner.poll()) if scan else []
         first = self._schedule.next_due()
         if changes or (first is not None and first <= now) or not self._beat <= now < self._beat + _BEAT:
+            if not self._still_ours():  # nothing fires once another harness holds the directory
+                return None
             self._touch(now)  # before anything fires: what fell due before a harness's last sign of life had fired
         for name, sig in changes:
             self._guarded(name, self._files.seen, name, sig, now)
@@ -1665,12 +1909,14 @@ class EventsWatcher:
             self._guarded(name, self._files.due, due, name, now)
         self._channels.staff()
         if not self._beat <= now < self._beat + _BEAT:
-            self._alive(now)
+            self._beat = now
+            if self.systemd and os.environ.get("WATCHDOG_PID", str(os.getpid())) == str(os.getpid()):
+                _sd_notify("WATCHDOG=1")
         return self._schedule.next_due()
 
     def submit(self, channel_id: str, fn: Callable[[], Any]) -> bool:
         """Run ``fn()`` on the channel's queue, as a user's own message: refused (False) while it is busy."""
-        return self._channels.submit(channel_id, lambda: self._files._call(fn))
+        return self._channels.submit(channel_id, lambda: self._runner.call(fn))
 
     def stop(self, timeout: float = 30) -> list[str]:
         """Stop scheduling, drop what waits in the queues (their files stay), wait up to ``timeout`` for the
@@ -1681,13 +1927,11 @@ class EventsWatcher:
         if self.systemd:
             _sd_notify("STOPPING=1")
         for job in self._channels.close():
-            if job.event is not None and not job.notice:  # a notice's marker stays: it is told at the next start
-                self._setup.history.record("cancelled", job.event, detail="the harness stopped before it ran")
-        running = self._channels.wait(timeout)
+            if job.event is not None and not job.notice:  # a notice's record stays: it is told at the next start
+                self._runner.history.record("cancelled", job.event, detail="the harness stopped before it ran")
+        running = self._unlock(timeout)
         if running:
             threading.Thread(target=self._unlock, args=(None,), daemon=True).start()
-        else:
-            self._unlock()
         return running
 
     def __enter__(self) -> EventsWatcher:
@@ -1699,7 +1943,7 @@ class EventsWatcher:
 
     async def __aenter__(self) -> EventsWatcher:
         asyncio = sys.modules["asyncio"]
-        self._setup.loop = self._setup.loop or asyncio.get_running_loop()
+        self._runner.loop = self._runner.loop or asyncio.get_running_loop()
         await asyncio.to_thread(self.start)
         return self
 
@@ -1714,15 +1958,37 @@ class EventsWatcher:
             os.close(fd)
             return False
         self._lock_fd = fd
+        os.makedirs(os.path.join(self.directory, _RECORDS), mode=0o700, exist_ok=True)
         return True
 
-    def _unlock(self, wait: float | None = 0.0) -> None:
-        """Let the lock go, once the runs still going have ended: a standby must never run beside them."""
-        self._channels.wait(wait)
-        self._scanner.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+    def _unlock(self, wait: float | None = 0.0) -> list[str]:
+        """Let the lock go once the runs still going have ended (a standby must never run beside them), and
+        return the channels still running after ``wait`` (None: as long as they run).  Until then, each
+        second, the time is noted: an immediate written meanwhile was accepted, and runs at the next start."""
+        deadline = math.inf if wait is None else time.monotonic() + wait
+        while True:
+            self._note_held()
+            running = self._channels.wait(max(0.0, min(_BEAT, deadline - time.monotonic())))
+            if not running or time.monotonic() >= deadline:
+                break
+        if not running:
+            self._scanner.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+        return running
+
+    def _note_held(self) -> None:
+        """The mtime of DIR/.mom_events/held: until when this harness held the directory (a start-up reads it)."""
+        if self._lock_fd is None or self._touched == -math.inf:  # a start-up that failed held nothing
+            return
+        held = os.path.join(self.directory, _RECORDS, "held")
+        t = max(self._touched, self.clock())
+        try:
+            os.close(os.open(held, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            os.utime(held, (t, t))
+        except OSError as exc:
+            log.error("%s cannot be written: %s", held, exc.strerror or exc)
 
     def _holder(self) -> str:
         try:
@@ -1732,36 +1998,42 @@ class EventsWatcher:
             pid = "?"
         return f"{self.directory} is already watched by process {pid} (lock file {_LOCK})"
 
-
     def _startup(self) -> None:
         """Act on what the last harness left, judged by when it was last alive (the lock file's mtime, kept as
-        it was until this start-up is done: one killed before then does not count as a harness that ran)."""
+        it was until this start-up is done: one killed before then does not count as a harness that ran) and
+        when it let the directory go.  Nothing runs before the start-up is done."""
         assert self._lock_fd is not None
-        alive = _last_alive(self._lock_fd)
+        held = _mtime(os.path.join(self.directory, _RECORDS, "held"))
+        self._files.down = down = _Downtime(_last_alive(self._lock_fd), held, self.clock())
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.directory, _JOURNAL))
-        now, spawn, held = self.clock(), self._channels.spawn, list[Callable[[], None]]()
-        self._channels.spawn = held.append  # nothing runs before the start-up is done
+        self._channels.hold()
         try:
             self._files.recover()
             for name, sig in self._scanner.poll():
-                self._guarded(name, self._files.seen, name, sig, now, (alive, now))
+                self._guarded(name, self._files.seen, name, sig, down.start)
             os.ftruncate(self._lock_fd, 0)  # its PID and its first sign of life: now it counts as one that ran
             os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
-            self._touch(now)
-        finally:  # a start-up that failed starts no worker now (a standby's next poll does, paced)
-            self._channels.spawn = spawn
+            self._touch(down.start)
+        finally:
+            self._files.down = None
         if self.systemd:
             _sd_notify("READY=1\nSTATUS=watching")
-        for work in held:  # only now does anything run
-            spawn(work)
+        self._channels.release()  # only now does anything run
         log.info("watching %s (%d events scheduled)", self.directory, len(self._schedule))
 
     def _run(self) -> None:
         while self._lock_fd is None and not self._stopping.wait(_STANDBY_TRY):
-            if self._lock():
-                log.warning("%s: taking over", self.directory)
-                self._guarded(None, self._startup)
+            if not self._lock():
+                continue
+            log.warning("%s: taking over", self.directory)
+            try:
+                self._startup()
+            except Exception:
+                log.exception("%s: the takeover failed; the directory is let go", self.directory)
+                self._stopping.set()
+                self._unlock()
+                return
         while not self._stopping.is_set():
             due = self.step()
             delay = self.poll_interval if due is None else min(self.poll_interval, due - self.clock())
@@ -1777,56 +2049,62 @@ class EventsWatcher:
         except OSError as exc:
             log.error("the lock file's time cannot be set: %s", exc.strerror or exc)
 
-    def _alive(self, now: float) -> None:
-        """Once a second: systemd's watchdog, and whether the lock at the path is still this one's."""
-        self._beat = now
-        assert self._lock_fd is not None
-        if self.systemd and os.environ.get("WATCHDOG_PID", str(os.getpid())) == str(os.getpid()):
-            _sd_notify("WATCHDOG=1")
+    def _ours(self) -> bool:
+        """Is the lock file at the directory's path still the one this watcher holds (a run begins only then)?"""
+        fd = self._lock_fd
         try:
-            ours = os.stat(os.path.join(self.directory, _LOCK)).st_ino == os.fstat(self._lock_fd).st_ino
+            return fd is not None and os.stat(os.path.join(self.directory, _LOCK)).st_ino == os.fstat(fd).st_ino
         except OSError:
-            ours = not os.path.isdir(self.directory)  # gone: the scanner says so, and its files count as gone
-        if not ours:
-            self._relock()
+            return not os.path.isdir(self.directory)  # gone: the scanner says so, and its files count as gone
 
-    def _relock(self) -> None:
-        """The directory was made anew: its lock is taken again, or, held by another harness, this one stops."""
+    def _still_ours(self) -> bool:
+        """Before anything fires: the directory made anew is locked again, or, held by another harness, this
+        watcher stops."""
+        if self._ours():
+            return True
         held, self._lock_fd = self._lock_fd, None
         if self._lock():
             log.warning("%s was made anew: its lock is taken again", self.directory)
             os.close(held)  # type: ignore[arg-type]
-        else:
-            self._lock_fd = held
-            log.error("%s, made anew: this watcher stops", self._holder())
-            self._stopping.set()
+            return True
+        self._lock_fd = held
+        log.error("%s, made anew: this watcher stops", self._holder())
+        self._stopping.set()
+        return False
 
     def _guarded(self, name: str | None, fn: Callable[..., None], *args: Any) -> None:
-        """One file's trouble is its own: an unexpected error is logged with its name, and the rest goes on."""
+        """One file's trouble is its own: an unexpected error is logged with its name and traceback, and the
+        rest goes on."""
         try:
             fn(*args)
-        except Exception as exc:
-            log.error("%s: unexpected error: %s", name or self.directory, exc)
-            log.debug("the traceback", exc_info=True)
+        except Exception:
+            log.exception("%s: unexpected error", name or self.directory)
 
     def _is_history(self, name: str) -> bool:
         """The history may lie in the events directory, under an event's name: it is never read as one."""
-        if self._history is None or os.path.basename(self._history) != name:
+        if self._history_path is None or os.path.basename(self._history_path) != name:
             return False
         try:
-            return os.path.samefile(os.path.dirname(os.path.abspath(self._history)), self.directory)
+            return os.path.samefile(os.path.dirname(os.path.abspath(self._history_path)), self.directory)
         except OSError:
             return False
 
 
-def _last_alive(lock: int | str) -> float:
-    """When the last harness was last alive, by its lock file: -inf when unknown (no lock file, or an empty one:
+def _mtime(path: str | int) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def _last_alive(lock: int | str) -> float | None:
+    """When the last harness was last alive, by its lock file: None when unknown (no lock file, or an empty one:
     no harness was here, or its start-up was killed).  A time set is read back a few hundred ns off: 1 ms more."""
     try:
         st = os.stat(lock)
     except OSError:
-        return -math.inf
-    return st.st_mtime + 0.001 if st.st_size else -math.inf
+        return None
+    return st.st_mtime + 0.001 if st.st_size else None
 
 
 def _log_error(event: Event, exc: BaseException) -> None:
@@ -1987,6 +2265,11 @@ class _OneLineFormatter(logging.Formatter):
         return _one_line(super().format(record))
 
 
+class _CutShort(BaseException):
+    """A command the harness's own shutdown stopped: a BaseException, so its run ends cut short (its record
+    stays, and the next start tells it interrupted)."""
+
+
 class _Handler:
     """The CLI's handler: a flushed line per event on stdout, escaped (JSON escapes by itself); with --exec, then
     ``/bin/sh -c CMD`` in a session of its own, the event on stdin and in MOM_EVENT_* (never in its arguments), its
@@ -2016,7 +2299,7 @@ class _Handler:
             self._run(self.command, event)
 
     def _run(self, command: str, event: Event) -> None:
-        run_id = _run_id() or os.urandom(8).hex()  # a handler called outside a watcher's run has no id
+        run_id = event.run_id or os.urandom(8).hex()  # a handler called outside a watcher's run has no id
         env = {**os.environb, b"MOM_EVENT_RUN": run_id.encode()}
         when = event.at or event.schedule or (f"every {event.every}" if event.every else event.type)
         fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
@@ -2066,7 +2349,7 @@ _Agenda = list[tuple[Iterator[float], str]]  # each file's runs, and what it is
 
 
 def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda,
-                down: tuple[float, float] | None = None) -> tuple[bool, str]:
+                down: _Downtime | None = None) -> tuple[bool, str]:
     """Whether a file will run, judged as a harness seeing it now would, and when (its runs into agenda) or why not."""
     try:
         info = os.stat(path)
@@ -2079,7 +2362,8 @@ def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda,
     except OSError as exc:
         return False, f"cannot be read: {exc.strerror or exc}"
     timing = _timing(event, info.st_mtime, zone)
-    verdict = _judge(event, min(info.st_mtime, now), now, timing, down)
+    entered = info.st_ctime if timing is None else info.st_mtime  # an immediate: when it entered the directory
+    verdict = _judge(event, min(entered, now), now, timing, down)
     what = f"{event.type} on channel {event.channel_id}"
     notes = [f"unknown fields are ignored: {', '.join(map(json.dumps, unknown))}"] if unknown else []
     if verdict.outcome not in ("run", "schedule"):
@@ -2156,7 +2440,8 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
     out, bad = [], 0
     alive = _last_alive(os.path.join(path, _LOCK))
     # judged as a running harness sees it (its lock file is fresh, or one draft), else as a start-up now would
-    down = None if files and files[0][0] == path or now - alive <= 3 * _BEAT else (alive, now)
+    fresh = files and files[0][0] == path or alive is not None and now - alive <= 3 * _BEAT
+    down = None if fresh else _Downtime(alive, _mtime(os.path.join(path, _RECORDS, "held")), now)
     for file, name in files:
         original = name.removesuffix(".rejected") if file != path else name  # judged again as NAME.json
         ok, said = _check_file(file, original, now, zone, agenda if original == name else [], down)
@@ -2272,7 +2557,9 @@ def _serve(args: argparse.Namespace) -> int:
     # Python runs a signal's handler only when the main thread runs Python code: it waits in short steps, and the
     # watcher stops on a thread of its own, to hear a second signal even when the kernel gives it elsewhere.
     while not stop.wait(0.2):
-        pass
+        if not watcher.running:  # it stopped by itself (a failed takeover, the directory lost): it said why
+            watcher.stop(timeout=args.grace)
+            return 1
     log.info("stopping; running events have %g s to finish", args.grace)
     with ThreadPoolExecutor(1) as pool:
         done = pool.submit(watcher.stop, timeout=args.grace)

@@ -137,7 +137,7 @@ class ParseEventTest(ParseErrorMixin):
                 self.assertEqual(copy.deepcopy(value), value)
             with self.assertRaises(AttributeError):
                 event.text = "x"  # type: ignore[misc]
-        self.assertEqual([f.name for f in dataclasses.fields(Event)],
+        self.assertEqual([f.name for f in dataclasses.fields(Event)][:-1],
                          ["filename", "type", "channel_id", "text", "at", "schedule", "timezone", "every", "start",
                           "until", "catch_up", "due", "late"])
 
@@ -1108,7 +1108,8 @@ class TimingTest(unittest.TestCase):
     def judge(self, fields: dict[str, object], mtime: float, now: float, down: tuple[float, float] | None = None,
               **grace: float) -> tuple[object, ...]:
         event = parse_event(json.dumps({"channelId": "C1", "text": "t", **fields}), "e.json")
-        verdict = me._judge(event, mtime, now, me._timing(event, mtime, UTC), down, **grace)
+        window = None if down is None else me._Downtime(None if down[0] == -math.inf else down[0], None, down[1])
+        verdict = me._judge(event, mtime, now, me._timing(event, mtime, UTC), window, **grace)
         return verdict.outcome, verdict.due, verdict.next_due, verdict.reason
 
     def test_an_immediate_is_stale_only_when_written_well_inside_the_downtime(self) -> None:
@@ -1133,13 +1134,12 @@ class TimingTest(unittest.TestCase):
 
     def test_a_one_shot_due_in_the_downtime_is_missed_on_its_own_clock(self) -> None:
         fields = {"type": "one-shot", "at": "2030-01-01T10:00:00", "timezone": "Europe/Vienna"}
-        due = "It was due at 2030-01-01T10:00:00+01:00 while no harness was running"
+        due = "it was due at 2030-01-01T10:00:00+01:00 while no harness was running"
         got = self.judge(fields, self.A - 3600, self.A + 3600, (-math.inf, self.A + 3600))
-        self.assertEqual(got, ("missed", self.A, None, f"{due}; it did not run, and the file was deleted."))
+        self.assertEqual(got, ("missed", self.A, None, due))
         got = self.judge(fields, self.A - 3600, self.A + 3600, (self.A - 60, self.A + 3600))
         self.assertEqual(got[:3], ("missed", self.A, None))
-        self.assertEqual(got[3], f"{due} (from 2030-01-01T09:59:00+01:00 to 2030-01-01T11:00:00+01:00); it did not "
-                                 "run, and the file was deleted.")
+        self.assertEqual(got[3], f"{due} (from 2030-01-01T09:59:00+01:00 to 2030-01-01T11:00:00+01:00)")
 
     def test_a_one_shot_due_now_runs(self) -> None:
         got = self.judge({"type": "one-shot", "at": "2030-01-01T09:00:00Z"}, self.A - 10, self.A)
@@ -1320,7 +1320,8 @@ class ChannelsModelTest(unittest.TestCase):
                                   Event(rng.choice("ab") + ".json", "immediate", channel, "t"), notice)
                     ok = channels.put(job)
                     busy = channel in model
-                    self.assertEqual(ok, notice or len(model.get(channel, [])) < 5 or not busy)
+                    events = sum(not w[2] for w in model.get(channel, []))  # notices wait beside them
+                    self.assertEqual(ok, notice or events < 5 or not busy)
                     if ok:
                         model.setdefault(channel, []).append((label, job.event.filename, notice))
                 elif op < 0.7:
@@ -1569,9 +1570,12 @@ class WatcherRunTest(unittest.TestCase):
             sim.step()
             for _ in range(4):
                 sim.step(0.4)
-        self.assertTrue(any("channel C1 has 2 events waiting" in line for line in logs.output))
+        self.assertTrue(any("channel C1 already has 2 events waiting" in line for line in logs.output))
         told = sim.run()
-        self.assertEqual(len(told), 3)  # two of four, and the rejected notice beyond the limit
+        self.assertEqual(len(told), 4)  # two of four, one notice of the two discarded, and the rejected notice
+        self.assertTrue(told[2].startswith("[EVENT:h2.json:discarded] 2 events did not run: the channel already "
+                                           "had 2 events waiting, so they were discarded. They were:\n- h2.json: "
+                                           "ping\n- h3.json: ping"), told[2])
         self.assertTrue(told[-1].startswith("[EVENT:bad.json:rejected]"))
         self.assertEqual(sim.files(), ["bad.json.rejected"])  # the discarded immediates' files went too
 
@@ -1674,14 +1678,17 @@ class DowntimeTest(unittest.TestCase):
     """What a start-up does with what fell due while no harness ran: the lock file's mtime is the last sign
     of life of the last harness."""
 
-    def test_an_immediate_written_while_none_ran_is_stale_one_accepted_before_runs(self) -> None:
-        sim = Sim(self).down_since(T0 - 600)
-        put(sim.dir, "old.json", IMMEDIATE, mtime=T0 - 700)
-        put(sim.dir, "stale.json", IMMEDIATE, mtime=T0 - 300)
-        sim.start()
-        self.assertEqual(sim.run(), ["[EVENT:old.json:immediate] ping"])
-        self.assertEqual(sim.outcomes("stale.json"), ["stale"])
-        self.assertEqual(sim.files(), [])
+    def test_an_immediate_that_entered_while_none_ran_is_stale_one_accepted_before_runs(self) -> None:
+        real = time.time()  # an immediate is judged by when it entered the directory, its ctime: real time
+        for alive, told in ((real + 10, "[EVENT:hook.json:immediate] ping"),
+                            (real - 600, "[EVENT:hook.json:stale] 1 event did not run: it was written while no "
+                                         "harness was running (from ")):
+            with self.subTest(alive=alive - real):
+                sim = Sim(self, now=real + 300).down_since(alive)
+                put(sim.dir, "hook.json", IMMEDIATE, mtime=real - 9999)  # cp -p: its mtime says nothing
+                sim.start()
+                self.assertTrue(sim.run()[0].startswith(told))
+                self.assertEqual(sim.files(), [])
 
     def test_a_one_shot_due_while_none_ran_is_deleted_and_the_agent_told(self) -> None:
         sim = Sim(self).down_since(T0 - 600)
@@ -1689,8 +1696,10 @@ class DowntimeTest(unittest.TestCase):
         sim.start()
         told = sim.run()
         self.assertEqual(len(told), 1)
-        self.assertTrue(told[0].startswith("[EVENT:d.json:missed] It was due at 2030-01-07T08:55:00+00:00 while no "
-                                           "harness was running (from 2030-01-07T08:50:00+00:00 to"), told)
+        self.assertEqual(told[0], "[EVENT:d.json:missed] This one-shot did not run: it was due at 2030-01-07T08:55"
+                                  ":00+00:00 while no harness was running (from 2030-01-07T08:50:00+00:00 to 2030-01-07"
+                                  "T09:00:00+00:00), and its file was deleted. It was: [EVENT:d.json:one-shot:2030-01-"
+                                  "07T08:55:00+00:00] (due 2030-01-07T08:55:00+00:00) remind")
         self.assertEqual(sim.files(), [])
         self.assertEqual(sim.outcomes("d.json"), ["missed"])
 
@@ -1710,15 +1719,22 @@ class DowntimeTest(unittest.TestCase):
         self.assertEqual([m.split(" ")[0] for m in sim.run()], ["[EVENT:d.json:missed]"])
 
     def test_catch_up_runs_once_for_the_latest_missed_occurrence_within_its_limit(self) -> None:
-        for catch_up, runs in ((False, 0), (True, 1), ("1h", 1), ("10m", 0)):
+        skipped = ("[EVENT:p.json:skipped] This run was skipped: it fell due at 2030-01-07T08:30:00+00:00 while no "
+                   "harness was running (from 2030-01-07T07:00:00+00:00 to 2030-01-07T09:00:00+00:00), and it would "
+                   "run 30 minutes late, more than its catchUp of 10 minutes. The file stays. Its next run is at "
+                   "2030-01-07T09:30:00+00:00. It was: [EVENT:p.json:periodic:every 1h] (due 2030-01-07T08:30:00+00:00)"
+                   " tick")
+        for catch_up, told in ((False, []), (True, ["ran"]), ("1h", ["ran"]), ("10m", [skipped])):
             with self.subTest(catchUp=catch_up):
                 sim = Sim(self).down_since(T0 - 7200)
                 put(sim.dir, "p.json", every("1h", start=iso(T0 - 7200 - 1800), catchUp=catch_up), mtime=T0 - 9999)
                 sim.start()
-                told = sim.run()
-                self.assertEqual(len(told), runs)
-                if runs:
-                    self.assertIn("(due 2030-01-07T08:30:00+00:00, late by 30 minutes)", told[0])
+                late = "(due 2030-01-07T08:30:00+00:00, late by 30 minutes) tick"
+                got = ["ran" if late in m else m for m in sim.run()]
+                self.assertEqual(got, told)
+                self.assertEqual(sim.outcomes("p.json"), ["skipped"] if catch_up in (False, "10m") else
+                                 ["queued", "started", "done"])
+                self.assertEqual(sim.files(), ["p.json"])
 
     def test_a_periodic_due_within_5_s_of_the_last_sign_of_life_runs_late_at_a_takeover(self) -> None:
         sim = Sim(self).down_since(T0 - 63)
@@ -1838,17 +1854,19 @@ class AdversarialFindingsTest(unittest.TestCase):
         watcher.start()
         put(d, "h.json", IMMEDIATE)
         deadline = time.monotonic() + 5
-        while not list(d.glob(".mom_events.run.*")) and time.monotonic() < deadline:
+        while not list(d.glob(".mom_events/run.*")) and time.monotonic() < deadline:
             time.sleep(0.01)
         self.assertEqual(watcher.stop(0.05), ["C1"])
         release.set()
         deadline = time.monotonic() + 5
-        while list(d.glob(".mom_events.run.*")) and time.monotonic() < deadline:
+        while list(d.glob(".mom_events/run.*")) and time.monotonic() < deadline:
             time.sleep(0.01)
-        self.assertEqual([p.name for p in d.iterdir() if p.name != ".mom_events.lock"], [])  # deleted, unmarked
+        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])  # deleted
+        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["held"])  # its record removed
         while time.monotonic() < deadline:
             try:
-                me.EventsWatcher(d, print).start()
+                (successor := me.EventsWatcher(d, print)).start()
+                self.addCleanup(successor.stop, 0)
                 break
             except EventError:
                 time.sleep(0.01)
@@ -1928,7 +1946,8 @@ class WatcherDetailTest(unittest.TestCase):
         (d / ".mom_events.take.4567").write_text("{}")
         with self.assertLogs("mom_events", "WARNING") as logs:
             Sim(self, directory=d).start()
-        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events.lock"])
+        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])
+        self.assertEqual(list((d / ".mom_events").iterdir()), [])
         self.assertEqual(len(logs.output), 2)
 
     def test_the_thread_fires_on_time_whatever_the_poll_and_submit_waits_for_a_busy_channel(self) -> None:
@@ -2046,7 +2065,8 @@ class CrashTest(unittest.TestCase):
         told = second.line()
         self.assertEqual(self.commands(), [])  # stopped before anything ran, setsid child included
         self.assertIn("[EVENT:hook.json:interrupted] This run was cut short", told)
-        self.assertIn("so its outcome is unknown. It was: [EVENT:hook.json:immediate] deploy", told)
+        self.assertRegex(told, r"so its outcome is unknown\. [1-9] process(es)? it left running (was|were) "
+                               r"stopped\. It was: \[EVENT:hook\.json:immediate\] deploy$")
         wait_until(lambda: not (self.dir / "hook.json").exists())  # not run again as new
         second.proc.terminate()
         self.assertEqual(second.proc.wait(10), 0)
@@ -2061,7 +2081,9 @@ class CrashTest(unittest.TestCase):
         first.proc.terminate()
         self.assertEqual(first.proc.wait(10), 1)
         self.assertEqual(self.commands(), [])
-        self.assertEqual(len(list(self.dir.glob(".mom_events.run.*.task.json"))), 1)  # its marker: never "ran"
+        records = [json.loads(p.read_text().split("\n")[0]) for p in self.dir.glob(".mom_events/run.*")]
+        self.assertEqual([r["tell"]["filename"] for r in records], ["task.json"])  # its record: never "ran"
+        self.assertFalse((self.dir / "task.json").exists())  # gone as its run began
         second = self.harness("--no-notify")
         self.assertIn("[EVENT:task.json:interrupted]", second.line())  # not silenced by --no-notify
         wait_until(lambda: not (self.dir / "task.json").exists())
@@ -2204,7 +2226,8 @@ class RecipeTest(unittest.TestCase):
         records = [json.loads(line) for line in (self.dir / "events" / ".history.jsonl").read_text().splitlines()]
         for name, last in ("hook.json", "done"), ("boom.json", "failed"):
             self.assertEqual([r["outcome"] for r in records if r["filename"] == name], ["queued", "started", last])
-        self.assertEqual(sorted(os.listdir(self.dir / "events")), [".history.jsonl", ".mom_events.lock"])
+        self.assertEqual(sorted(os.listdir(self.dir / "events")), [".history.jsonl", ".mom_events", ".mom_events.lock"])
+        self.assertEqual(os.listdir(self.dir / "events" / ".mom_events"), ["held"])  # no record left
         with me.EventsWatcher(self.dir / "events", lambda event: None):
             pass
 
@@ -2592,7 +2615,7 @@ class ExecTest(CliCase):
         cli.proc.send_signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 1)
         self.assertLess(time.monotonic() - started, 4)
-        self.assertEqual(len(list(self.events.glob(".mom_events.run.*.a.json"))), 1)  # kept, under its marker
+        self.assertEqual(len(list(self.events.glob(".mom_events/run.*"))), 1)  # its record kept, to be told
         self.assertTrue(cli_wait(lambda: not cli_marked(self.mark), 3), "a command outlived the harness")
 
     def test_a_second_signal_exits_at_once_and_kills_the_commands(self):
@@ -2793,24 +2816,26 @@ class CheckTest(CliCase):
         self.assertEqual(lines[1], "only 1 run left:")
         self.assertRegex(lines[2], r"^\S+ \(now\) late\.json, one-shot on channel C1: remind$")
 
-    def test_an_empty_lock_file_left_by_a_killed_first_start_up_is_an_unknown_window(self):
-        self.put("hook.json", cli_immediate(), mtime=time.time() - 30)
-        self.put(".mom_events.lock", "")
-        status, lines = self.check()
-        self.assertEqual(status, 1)
-        self.assertIn("it was written while no harness was running", lines[0])
-
     def test_with_no_harness_alive_it_judges_as_the_next_start_up_would(self):
         now = time.time()
+        self.put("hook.json", cli_immediate(), mtime=now + 3000)  # judged by when it entered: its ctime, now
         self.put("late.json", cli_one_shot(now - 60), mtime=now - 7200)
-        self.put("hook.json", cli_immediate(), mtime=now - 3000)
-        self.put(".mom_events.lock", "4242\n", mtime=now - 3600)  # the last harness stopped an hour ago
-        status, lines = self.check()
-        self.assertEqual(status, 1)
-        self.assertRegex(lines[0], r"^hook\.json: immediate on channel C1: it was written while no harness was "
-                                   r"running; it will not run$")
-        self.assertRegex(lines[1], r"^late\.json: one-shot on channel C1: It was due at .* while no harness was "
-                                   r"running \(from .*\); it did not run, and the file was deleted\.; it will not run$")
+        time.sleep(2.1)  # an immediate that entered in the 2 s before a start-up is not stale: timestamps are coarse
+        for lock, why in (("4242\n", "the last harness stopped an hour ago"), ("", "a first start-up was killed")):
+            with self.subTest(why):
+                self.put(".mom_events.lock", lock, mtime=now - 3600)
+                status, lines = self.check()
+                self.assertEqual(status, 1)
+                self.assertRegex(lines[0], r"^hook\.json: immediate on channel C1: it was written while no harness "
+                                           r"was running; it will not run$")
+        self.assertRegex(lines[1], r"^late\.json: one-shot on channel C1: it was due at .* while no harness was "
+                                   r"running; it will not run$")  # the window unknown
+        self.put(".mom_events.lock", "4242\n", mtime=now - 3600)
+        self.assertRegex(self.check()[1][1], r"^late\.json: one-shot on channel C1: it was due at .* while no "
+                                             r"harness was running \(from .*\); it will not run$")
+        (self.events / ".mom_events").mkdir()
+        self.put(".mom_events/held", "", mtime=now + 1)  # it stopped an hour ago, and let the directory go just now
+        self.assertEqual(self.check()[1][0], "hook.json: ok: immediate on channel C1, runs on arrival")
 
     def test_the_agenda_is_the_next_runs_of_all_files_in_time_order(self):
         self.put("a.json", {"type": "periodic", "channelId": "C1", "text": "a" * 80, "every": "2h"})
