@@ -1339,6 +1339,8 @@ def _records(directory: str) -> list[_Record]:
     folder, found = os.path.join(directory, _RECORDS), list[_Record]()
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
+        if name == "held":
+            continue
         if not name.startswith("run.") or name.endswith(".new"):  # a file being deleted, a record being replaced
             _left_aside(path)
             continue
@@ -1629,7 +1631,8 @@ class _Files:
 
     def _reject(self, file: _File, reason: str, event: Event) -> None:
         """Rename a bad file to NAME.json.rejected and tell the agent why on its channel, if it has one."""
-        told = f"{reason.rstrip('.')}. The file is now {file.name}.rejected: fix it and move it back to {file.name}."
+        stop = "" if reason.endswith((".", "?")) else "."  # 'did you mean "catchUp"?' ends its own sentence
+        told = f"{reason}{stop} The file is now {file.name}.rejected: fix it and move it back to {file.name}."
         self._drop(file, "invalid", reason, event, notice=("rejected", told), rename_to=file.name + ".rejected")
 
     def _skipped(self, name: str, event: Event, timing: _Timing, due: float, following: float | None) -> None:
@@ -1958,7 +1961,6 @@ class EventsWatcher:
             os.close(fd)
             return False
         self._lock_fd = fd
-        os.makedirs(os.path.join(self.directory, _RECORDS), mode=0o700, exist_ok=True)
         return True
 
     def _unlock(self, wait: float | None = 0.0) -> list[str]:
@@ -2003,6 +2005,7 @@ class EventsWatcher:
         it was until this start-up is done: one killed before then does not count as a harness that ran) and
         when it let the directory go.  Nothing runs before the start-up is done."""
         assert self._lock_fd is not None
+        os.makedirs(os.path.join(self.directory, _RECORDS), mode=0o700, exist_ok=True)
         held = _mtime(os.path.join(self.directory, _RECORDS, "held"))
         self._files.down = down = _Downtime(_last_alive(self._lock_fd), held, self.clock())
         with contextlib.suppress(FileNotFoundError):
@@ -2066,6 +2069,7 @@ class EventsWatcher:
         if self._lock():
             log.warning("%s was made anew: its lock is taken again", self.directory)
             os.close(held)  # type: ignore[arg-type]
+            os.makedirs(os.path.join(self.directory, _RECORDS), mode=0o700, exist_ok=True)
             return True
         self._lock_fd = held
         log.error("%s, made anew: this watcher stops", self._holder())

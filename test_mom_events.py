@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import fcntl
 import functools
 import importlib.util
 import io
@@ -1674,6 +1675,93 @@ class WatcherRunTest(unittest.TestCase):
         self.assertEqual(seen, [True])
 
 
+    def test_notices_wait_beside_the_events_and_never_take_their_place(self) -> None:
+        sim = Sim(self).start()
+        for name in ("bad1.json", "bad2.json"):
+            put(sim.dir, name, '{"type": "immediate", "channelId": "C1", "text": 5}')
+        with self.assertLogs("mom_events", "ERROR"):
+            for _ in range(4):
+                sim.step(0.4)  # both rejected: two notices wait
+        for i in range(6):
+            put(sim.dir, f"h{i}.json", IMMEDIATE)
+        with self.assertLogs("mom_events", "WARNING"):
+            sim.step()
+        told = [m.split("]")[0] for m in sim.run()]
+        self.assertEqual(told, ["[EVENT:bad1.json:rejected", "[EVENT:bad2.json:rejected"]
+                         + [f"[EVENT:h{i}.json:immediate" for i in range(5)] + ["[EVENT:h5.json:discarded"])
+
+    def test_a_discarded_notice_gathers_until_it_begins_and_then_a_new_one_starts(self) -> None:
+        sim = Sim(self, max_queued=1).start()
+        for i in range(3):
+            put(sim.dir, f"h{i}.json", IMMEDIATE)
+        with self.assertLogs("mom_events", "WARNING"):
+            sim.step()
+        held = sim.workers.pop()
+        sim.workers.clear()
+        sim.watcher._channels.staff()  # noqa: SLF001 (the pool, as a poll staffs it)
+        held()  # runs h0, then the notice of h1 and h2
+        self.assertEqual([e.message.split(" ")[0] for e in sim.got], ["[EVENT:h0.json:immediate]",
+                                                                      "[EVENT:h1.json:discarded]"])
+        self.assertIn("2 events did not run", sim.got[1].text)
+        put(sim.dir, "h3.json", IMMEDIATE)
+        put(sim.dir, "h4.json", IMMEDIATE)
+        with self.assertLogs("mom_events", "WARNING"):
+            sim.step()
+        self.assertEqual(sim.run()[1:], ["[EVENT:h4.json:discarded] 1 event did not run: the channel already had 1 "
+                                         "events waiting, so it was discarded. It was:\n- h4.json: ping"])
+        history = [json.loads(line) for line in (sim.dir / ".history.jsonl").read_text().splitlines()]
+        self.assertEqual([r["outcome"] for r in history if r["type"] == "discarded"], ["queued", "started", "done"] * 2)
+        self.assertEqual([r["filename"] for r in history if r["outcome"] == "discarded"],
+                         ["h1.json", "h2.json", "h4.json"])
+
+    def test_a_json_slip_is_told_on_the_channel_its_text_names(self) -> None:
+        slips = {"comma": '{"type": "immediate", "channelId": "C7", "text": "hi",}',
+                 "quote": '{"type": "immediate", "channelId": "C7", "text": "say "hi""}',
+                 "single": "{'type': 'immediate', 'channelId': 'C7', 'text': 'hi'}",
+                 "newline": '{"type": "immediate", "channelId": "C7", "text": "two\nlines"}',
+                 "bad first": '{"channelId": "not one", "channelId": "C7", "text": "x",}'}
+        for slip, text in slips.items():
+            with self.subTest(slip):
+                sim = Sim(self).start()
+                put(sim.dir, "x.json", text)
+                with self.assertLogs("mom_events", "ERROR"):
+                    for _ in range(4):
+                        sim.step(0.4)
+                sim.run()
+                self.assertEqual([(e.type, e.channel_id) for e in sim.got], [("rejected", "C7")])
+        sim = Sim(self).start()
+        put(sim.dir, "x.json", '{"type": "immediate", "text": "no channel",}')
+        with self.assertLogs("mom_events", "ERROR"):
+            for _ in range(4):
+                sim.step(0.4)
+        self.assertEqual(sim.run(), [])  # no channel named: nothing is told
+
+    def test_rm_of_a_scheduled_file_is_recorded_cancelled(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "d.json", one_shot(T0 + 600))
+        sim.step()
+        (sim.dir / "d.json").unlink()
+        sim.step(1)
+        self.assertEqual(sim.outcomes("d.json"), ["cancelled"])
+
+    def test_a_handler_that_raises_a_base_exception_cuts_its_run_short_and_the_channel_goes_on(self) -> None:
+        def handler(event: Event) -> None:
+            if event.filename == "a.json":
+                raise KeyboardInterrupt
+            got.append(event.filename)
+
+        got: list[str] = []
+        sim = Sim(self, handler=handler).start()
+        put(sim.dir, "a.json", IMMEDIATE, mtime=T0 - 2)
+        put(sim.dir, "b.json", IMMEDIATE, mtime=T0 - 1)
+        sim.step()
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            sim.run()
+        self.assertIn("a.json: cut short (KeyboardInterrupt", logs.output[0])
+        self.assertEqual(got, ["b.json"])
+        self.assertEqual(len(list((sim.dir / ".mom_events").glob("run.*"))), 1)  # told interrupted at the next start
+
+
 class DowntimeTest(unittest.TestCase):
     """What a start-up does with what fell due while no harness ran: the lock file's mtime is the last sign
     of life of the last harness."""
@@ -1743,6 +1831,95 @@ class DowntimeTest(unittest.TestCase):
         self.assertEqual(len(sim.run()), 1)  # due at T0 - 60, 3 s after the last sign of life
 
 
+    def test_a_takeover_runs_all_the_dead_harness_had_accepted_whatever_the_queue_limit(self) -> None:
+        sim = Sim(self).down_since(T0 - 5)  # one running and five waiting on C1 when it died
+        for i in range(6):
+            put(sim.dir, f"h{i}.json", IMMEDIATE, mtime=T0 - 10)
+        for i in range(3):  # and three one-shots due in the takeover window
+            put(sim.dir, f"o{i}.json", one_shot(T0 - 4 + i), mtime=T0 - 10)
+        sim.start()
+        self.assertEqual(len(sim.run()), 9)
+        self.assertEqual(sim.files(), [])
+
+    def test_an_immediate_written_while_the_last_harness_still_held_the_directory_runs(self) -> None:
+        real = time.time()  # an immediate's ctime is real time: the harnesses' clocks stand around it
+        first = Sim(self, now=real - 100).start()
+        first.step()
+        first.now = real + 5  # it stopped scheduling at real - 100, and finished its runs until real + 5
+        first.watcher.stop(0)
+        put(first.dir, "grace.json", IMMEDIATE)
+        second = Sim(self, directory=first.dir, now=real + 300).start()
+        self.assertEqual(second.run(), ["[EVENT:grace.json:immediate] ping"])
+        (first.dir / ".mom_events" / "held").unlink()  # without it: written while no harness ran
+        put(first.dir, "late.json", IMMEDIATE)
+        second.watcher.stop(0)
+        os.utime(first.dir / ".mom_events.lock", (real - 100, real - 100))
+        (first.dir / ".mom_events" / "held").unlink()
+        third = Sim(self, directory=first.dir, now=real + 300).start()
+        self.assertTrue(third.run()[0].startswith("[EVENT:late.json:stale] 1 event did not run: it was written "))
+
+    def test_stale_immediates_are_told_in_one_notice_per_channel_even_at_a_first_start(self) -> None:
+        real = time.time()
+        sim = Sim(self, now=real + 60)  # no lock file: a first start; they entered a minute before it
+        for i in range(12):
+            put(sim.dir, f"h{i:02}.json", {**IMMEDIATE, "text": f"ping {i}"})
+        put(sim.dir, "other.json", {**IMMEDIATE, "channelId": "C2"})
+        sim.start()
+        told = sim.run()
+        self.assertEqual(len(told), 2)
+        self.assertEqual(told[0], "[EVENT:h00.json:stale] 12 events did not run: they were written while no harness "
+                                  "was running, and deleted unrun. They were:\n" +
+                         "".join(f"- h{i:02}.json: ping {i}\n" for i in range(10)) + "and 2 more.")
+        self.assertTrue(told[1].startswith("[EVENT:other.json:stale] 1 event did not run: it was written"))
+        self.assertEqual(sim.outcomes("h05.json"), ["stale"])
+        self.assertEqual(sim.files(), [])
+
+    def test_interrupted_carries_the_message_as_delivered_even_when_the_file_changed_or_went(self) -> None:
+        def cut(event: Event) -> None:
+            raise SystemExit("the handler's process is exiting")
+
+        for change in ("kept", "truncated", "fifo"):
+            with self.subTest(change=change):
+                first = Sim(self, handler=cut)
+                target = first.dir.parent / f"{first.dir.name}.target.json"
+                target.write_text(json.dumps(every("1m", start=iso(T0))))
+                self.addCleanup(target.unlink, missing_ok=True)
+                (first.dir / "p.json").symlink_to(target)
+                first.start().step(61)
+                with self.assertLogs("mom_events", "WARNING"):
+                    first.run()  # cut short: its record stays
+                self.assertEqual(first.outcomes("p.json"), ["queued", "started"])
+                if change == "truncated":
+                    target.write_text("")
+                elif change == "fifo":
+                    target.unlink()
+                    os.mkfifo(target)
+                first.watcher.stop(0)
+                second = Sim(self, directory=first.dir, now=T0 + 70).start()
+                told = second.run()
+                self.assertEqual(told[0], "[EVENT:p.json:interrupted] This run was cut short (the harness stopped or "
+                                          "died while it ran), so its outcome is unknown. It was: [EVENT:p.json:"
+                                          "periodic:every 1m] (due 2030-01-07T09:01:00+00:00, late by 1 second) tick")
+                history = [json.loads(line) for line in (first.dir / ".history.jsonl").read_text().splitlines()]
+                self.assertEqual([r["outcome"] for r in history if r["type"] == "interrupted"],
+                                 ["queued", "started", "done"])
+                self.assertEqual(list((first.dir / ".mom_events").glob("run.*")), [])
+
+    def test_the_markers_of_0_2_0_are_told_once_and_then_only_records_are_written(self) -> None:
+        sim = Sim(self)
+        (sim.dir / ".mom_events.run.aa11.d.json").write_text(json.dumps(one_shot(T0 - 60, "dentist")))
+        (sim.dir / ".mom_events.run.bb22").write_text(json.dumps(
+            [{"filename": "x.json", "type": "rejected", "channel_id": "C2", "text": "bad. Fix it."}, None]))
+        sim.start()
+        told = sorted(sim.run())
+        self.assertEqual(told, ["[EVENT:d.json:interrupted] This run was cut short (the harness stopped or died while "
+                                "it ran), so its outcome is unknown. It was: [EVENT:d.json:one-shot:2030-01-07T08:59:00"
+                                "+00:00] dentist", "[EVENT:x.json:rejected] bad. Fix it."])
+        self.assertEqual(sorted(p.name for p in sim.dir.iterdir()), [".history.jsonl", ".mom_events",
+                                                                      ".mom_events.lock"])
+        self.assertEqual(list((sim.dir / ".mom_events").iterdir()), [])
+
+
 class SystemdTest(unittest.TestCase):
     def test_ready_watchdog_and_stopping(self) -> None:
         d = temp_dir(self)
@@ -1804,6 +1981,84 @@ class LockTest(unittest.TestCase):
         put(sim.dir, "h.json", IMMEDIATE)
         sim.step(0.1)
         self.assertEqual(sim.run(), [])
+
+
+    def test_nothing_fires_once_a_directory_made_anew_is_another_harness_s(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "p.json", every("1m", start=iso(T0)))
+        sim.step()
+        self.assertEqual(len(sim.run()), 1)
+        contents = (sim.dir / "p.json").read_bytes()
+        shutil.rmtree(sim.dir)
+        sim.dir.mkdir()
+        (sim.dir / "p.json").write_bytes(contents)
+        standby = me.EventsWatcher(sim.dir, print, clock=lambda: sim.now, spawn=lambda work: None)
+        standby.start(thread=False)  # it took the new directory first
+        self.addCleanup(standby.stop, 0)
+        with self.assertLogs("mom_events", "ERROR"):
+            sim.step(60)  # the old harness's occurrence is due, before its once-a-second look
+        self.assertEqual(sim.run(), [])
+        self.assertFalse(sim.watcher.running)
+
+    def test_a_standby_whose_takeover_fails_lets_the_directory_go_and_says_why(self) -> None:
+        d = temp_dir(self)
+        holder = os.open(d / ".mom_events.lock", os.O_RDWR | os.O_CREAT)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        standby = me.EventsWatcher(d, print, standby=True)
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            standby.start()
+            self.addCleanup(standby.stop, 0)
+            (d / ".mom_events").write_text("not a directory")  # the start-up cannot make its records' directory
+            os.close(holder)
+            deadline = time.monotonic() + 5
+            while standby.running and time.monotonic() < deadline:
+                time.sleep(0.02)
+        self.assertFalse(standby.running)
+        failed = [line for line in logs.output if "the takeover failed" in line]
+        self.assertEqual(len(failed), 1)
+        self.assertIn("Traceback", failed[0])
+        fd = os.open(d / ".mom_events.lock", os.O_RDWR)
+        self.addCleanup(os.close, fd)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go
+
+    def test_start_after_stop_and_a_coroutine_handler_without_a_loop_fail_at_start(self) -> None:
+        d = temp_dir(self)
+        watcher = me.EventsWatcher(d, print)
+        watcher.stop()
+        with self.assertRaises(RuntimeError):
+            watcher.start()
+
+        async def handler(event: Event) -> None:
+            pass
+
+        with self.assertRaisesRegex(TypeError, "a coroutine handler needs an event loop"):
+            me.EventsWatcher(d, handler).start()
+        self.assertEqual(os.listdir(d), [])  # nothing taken
+
+    def test_stop_leaves_no_thread_behind(self) -> None:
+        d = temp_dir(self)
+        before = set(threading.enumerate())
+        for _ in range(3):
+            ran = threading.Event()
+            watcher = me.EventsWatcher(d, lambda event: ran.set(), poll_interval=0.01)
+            watcher.start()
+            put(d, "h.json", IMMEDIATE)
+            self.assertTrue(ran.wait(5))
+            begun = time.monotonic()
+            self.assertEqual(watcher.stop(), [])
+            took = time.monotonic() - begun
+            self.assertLess(took, 5)  # 0.5 s is the target (benchmarked, not asserted on a shared machine)
+            for thread in set(threading.enumerate()) - before:
+                thread.join(1)
+        self.assertEqual(set(threading.enumerate()) - before, set())
+
+    def test_the_user_zone_is_the_host_s_iana_zone_and_follows_daylight_saving(self) -> None:
+        july = datetime(2030, 7, 1, 9, tzinfo=UTC).timestamp()
+        with unittest.mock.patch.dict(os.environ, {"TZ": "Europe/Vienna"}):
+            sim = Sim(self, now=july).start()
+        put(sim.dir, "p.json", every("1h"), mtime=july)
+        sim.step(3600)
+        self.assertIn("(due 2030-07-01T12:00:00+02:00)", sim.run()[0])
 
 
 class AdversarialFindingsTest(unittest.TestCase):
