@@ -1879,32 +1879,31 @@ def _log_error(event: Event, exc: BaseException) -> None:
 
 _MANUAL = """\
 ## Scheduled events
-You can wake yourself up later: write an event, a small JSON file, into `{dir}/`; when it is due, a harness
-sends you its `text` as a message in its channel.{which}
+To wake yourself up later, write an event, a small JSON file, into `{dir}/`: when it is due, a harness sends
+you its `text` in its channel.{which}
 
 ### Time
 Your user's timezone is {tz_text}: times they give without a zone are there, and so are "today" and "tomorrow".
-This host's clock may be in another zone: before you compute a date, get the time there with its offset: `{now}`.
+This host's clock may be in another zone: get the time there with its offset: `{now}`. That offset is today's
+(an hour off after a clock change): give events wall time and `timezone`.
 
 ### The three types
-**immediate** runs as soon as the harness sees the file:
+**immediate** runs when the harness sees it:
 ```json
 {immediate}
 ```
-**one-shot** runs once, at `at`: give it with its UTC offset, or give `timezone` and write `at` as wall time there:
+**one-shot** runs once, at `at`: wall time in an IANA `timezone` (or with the UTC offset it has then):
 ```json
 {one_shot}
 ```
-```json
-{wall}
-```
-A wall time that daylight saving skips (02:30 on a spring-forward night) runs when the gap ends (03:00); one it
-repeats runs on its first pass. Cron times of day follow the same rule.
+A wall time the clocks skip (02:30 on a spring-forward night) runs when the gap ends (03:00), a repeated one on its
+first pass; so do cron and `every`.
 
-**periodic** runs until you delete the file: on a cron `schedule` in an IANA `timezone` (or a list of schedules:
-the times of each), or `every` so long (`90m`, `1h30m`, `2d`; elapsed time), first one interval after the file is
-written (rewriting it starts anew). Optional: `start` (no run before it), `until` (a run at exactly `until` still
-happens, none after; then the file is deleted), both with offsets, and `catchUp` (below).
+**periodic** runs until you delete the file: on a cron `schedule` in `timezone` (or a list of schedules: each
+one's times), or `every` so long (`90m`, `2d`, `6w`); with `timezone`, whole days and weeks keep the wall
+time, else it is elapsed time. Optional: `start` (none before it; `every` runs first then, else one interval after
+the file is written or rewritten), `until` (a run at exactly `until` still happens; then the file is deleted), wall
+times in `timezone` (else with offsets), and `catchUp` (below).
 ```json
 {periodic}
 ```
@@ -1914,7 +1913,6 @@ happens, none after; then the file is deleted), both with offsets, and `catchUp`
 ```json
 {every}
 ```
-Immediate and one-shot files delete themselves once they have run.
 
 ### Cron schedules
 `minute hour day-of-month month day-of-week`, read in the event's `timezone`:
@@ -1922,32 +1920,32 @@ Immediate and one-shot files delete themselves once they have run.
 - `0 17 * * 5#L` (or `5L`): the last Friday of every month; `0 9 * * 5#2,5#4`: the 2nd and 4th Fridays
 - `0 9 L * *`: the last day of every month; `LW`: its last weekday; `0 9 15W * *`: the weekday nearest the 15th
 
-When both day fields are restricted, a day matching *either* runs: `0 17 22-31 * 5` runs every day from the
-22nd *and* every Friday. A `+` before the day-of-week asks for both: `0 9 1-7 * +1` is the first Monday.
-`@daily` works too. A step starts again every hour: `*/45 * * * *` runs at :00 and :45, not every 45 minutes;
-use `every` for that, or a list for times no one schedule gives.
+When both day fields are restricted, a day matching *either* runs: `0 17 22-31 * 5` runs from the 22nd *and* on
+Fridays. A `+` before the day-of-week asks for both: `0 9 1-7 * +1` is the first Monday.
+A step starts again every hour: `*/45 * * * *` runs at :00 and :45; use `every` for every
+45 minutes, or a list for times no one schedule gives.
 
 ### Creating, checking, cancelling
-Write a temporary name (one starting with `.` or not ending in `.json` is ignored), check it, then `mv` it into
-place, so that the harness never reads a half-written file:
+Write a temporary name (one starting with `.` is ignored), check it, then `mv` it into place, so no half-written
+file is read:
 ```bash
 cat > {qdir}/.dentist.json.tmp <<'JSON'
 {one_shot}
 JSON
 {check} {qdir}/.dentist.json.tmp --check && mv {qdir}/.dentist.json.tmp {qdir}/dentist.json
 ```
-- A file's name is its identity: keep it unique. To change a file, write it again.
-- List: `ls {qdir}/*.json`. Cancel: `rm {qdir}/dentist.json` (a run waiting its turn too).
-- Check them all (each file's next runs and daylight saving's surprises, or what is wrong):
-  `{check} {qdir} --check`. If a check fails, fix the file, or `rm` it.
-- What runs in the next 7 days, in time order: `{check} {qdir} --check --next 7d`
+- A file's name is its identity; to change a file, write it again.
+- List what is pending: `ls {qdir}/*.json` (immediate and one-shot files delete themselves when their run begins).
+  Cancel: `rm {qdir}/dentist.json` (a run waiting its turn too).
+- Check them all (next runs, daylight saving, faults): `{check} {qdir} --check`. If one fails, fix or `rm` it.
+- The next 7 days' runs: `{check} {qdir} --check --next 7d`
 
 ### What you will receive
 ```
-[EVENT:dentist.json:one-shot:{at}] (due {at}) Remind Mario about the dentist at 10:00
+[EVENT:dentist.json:one-shot:{wall_at}] (due {at}) Dentist at 10:00: remind Mario
 ```
-or `[EVENT:name.json:immediate] text`, `[EVENT:name.json:periodic:every 90m] (due ...) text`. `due` is the
-run's time in the event's timezone (an `every`'s in {tz}); `, late by 3 minutes` follows when it starts late.
+or `[EVENT:name.json:periodic:every 2w] (due ...) text`. `due` is the run's time in the event's `timezone`
+(else {tz}); `, late by 3 minutes` follows when it starts late.
 Write `text` as an instruction to your future self. Notices come on the file's channel too:
 - `[EVENT:NAME.json:rejected] why`: the file is invalid (bad JSON, a missing or misspelt field such as
   `catchup`, a bad schedule, a time already past when written) and was renamed to `NAME.json.rejected`. Fix
@@ -1991,7 +1989,7 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
     zone, tz = _zone(name or "UTC"), name or "UTC"
     tomorrow = datetime.now(zone).date() + timedelta(days=1)
     at = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 9, tzinfo=zone).isoformat()
-    until = datetime(tomorrow.year + 1, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()
+    wall_at, until = f"{tomorrow.isoformat()}T09:00:00", f"{tomorrow.year + 1}-12-31T23:59:59"
     # the commands by absolute paths, to work from any directory (an embedded interpreter: the installed script)
     cli = f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))}" if sys.executable else "mom-events"
 
@@ -2010,13 +2008,13 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
         tz_text=name or f"UTC{datetime.now().astimezone().isoformat()[-6:]} (no IANA name is known)",
         now=f"TZ={shlex.quote(name)} date -Iseconds" if name else "date -Iseconds",
         which="" if channel_id else " Put the channel to wake you in into `channelId`.",
-        immediate=example("immediate", "New GitHub issue opened: #42"),
-        one_shot=example("one-shot", "Remind Mario about the dentist at 10:00", at=at),
-        wall=example("one-shot", "Call the plumber", at=f"{tomorrow.isoformat()}T17:00:00", timezone=tz),
-        periodic=example("periodic", "Check the inbox and post a summary", schedule="0 9 * * 1-5", timezone=tz,
+        immediate=example("immediate", "Issue #42 was opened"),
+        one_shot=example("one-shot", "Dentist at 10:00: remind Mario", at=wall_at, timezone=tz),
+        wall_at=wall_at,
+        periodic=example("periodic", "Summarize the inbox", schedule="0 9 * * 1-5", timezone=tz,
                          until=until, catchUp="12h"),
         listed=example("periodic", "Water the plants", schedule=["0 8 * * 1-5", "0 10 * * 0,6"], timezone=tz),
-        every=example("periodic", "Check the build", every="90m"))
+        every=example("periodic", "Post the sprint report", every="2w", start=f"{tomorrow}T10:00:00", timezone=tz))
 
 
 def _one_line(text: str) -> str:

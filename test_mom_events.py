@@ -2736,16 +2736,33 @@ class PromptTest(CliCase):
             text = me.events_prompt(self.events, timezone=zone, channel_id="C42")
             blocks = re.findall(r"```json\n(.*?)\n```", text, re.S)
             events = [parse_event(block, "x.json") for block in blocks]
-            self.assertEqual([event.type for event in events], ["immediate", "one-shot", "one-shot", "periodic",
-                                                                "periodic", "periodic"])
+            self.assertEqual([event.type for event in events], ["immediate", "one-shot", "periodic", "periodic",
+                                                                "periodic"])
             self.assertEqual({event.channel_id for event in events}, {"C42"})
-            self.assertEqual(events[4].schedule, "0 8 * * 1-5 | 0 10 * * 0,6")  # a list
-            self.assertEqual(events[3].catch_up, "12h")
+            self.assertEqual({event.timezone for event in events[1:]}, {zone})  # wall times, never a guessed offset
+            self.assertEqual(events[3].schedule, "0 8 * * 1-5 | 0 10 * * 0,6")  # a list
+            self.assertEqual(events[2].catch_up, "12h")
             for k, block in enumerate(blocks):
                 put(self.events, f"e{k}.json", block)
             result = self.run_cli(self.events, "--check", "--timezone", zone)
             self.assertEqual(result.returncode, 0, result.stdout)
             self.assertIn("checked ", result.stdout.splitlines()[-1])
+            self.assertIn(f"e4.json: ok: periodic on channel C42, every 2w in {zone}, from ", result.stdout)
+
+    def test_the_interval_example_keeps_its_wall_time_every_other_week_for_a_year(self):
+        text = me.events_prompt(self.events, timezone="Australia/Sydney")
+        block = re.findall(r"```json\n(.*?)\n```", text, re.S)[-1]
+        timing = me._timing(parse_event(block, "x.json"), time.time(), UTC)
+        runs, after = [], 0.0
+        while len(runs) < 27 and (after := timing.next_after(after)) is not None:  # type: ignore[attr-defined]
+            runs.append(datetime.fromtimestamp(after, ZoneInfo("Australia/Sydney")))
+        self.assertEqual({run.strftime("%H:%M") for run in runs}, {"10:00"})
+        self.assertEqual({(b.date() - a.date()).days for a, b in itertools.pairwise(runs)}, {14})
+        self.assertEqual(len({run.utcoffset() for run in runs}), 2)
+        for taught in ("`6w`", "whole days and weeks keep the wall", "else it is elapsed time", "`every` runs first "
+                       "then, else one interval after the file is written", "delete themselves when their run begins",
+                       "That offset is today's", "wall time and `timezone`"):
+            self.assertIn(taught, " ".join(text.split()))
 
     def test_it_teaches_lists_catch_up_spans_and_interrupted_within_1000_words(self):
         for history in (None, "/srv/bot/events/.history.jsonl"):
