@@ -720,7 +720,7 @@ class _Every(_Timing):
             return [] if self.days or self.wall is None else ["`every` counts elapsed time: only whole days and "
                                                                "weeks keep the wall time"]
         change = next((change for change in _transitions(zone, math.floor(due / 86400)) if change > due), None)
-        if change is None or (later := self.next_after(change - 1e-6)) is None:
+        if change is None or (later := self.next_after(math.nextafter(change, -math.inf))) is None:
             return []
         was, then = (datetime.fromtimestamp(t, zone).strftime("%H:%M:%S").removesuffix(":00") for t in (due, later))
         return [] if was == then else [f"runs at {then} after {datetime.fromtimestamp(change, zone).date()}: `every` "
