@@ -118,7 +118,7 @@ _MAX_LENGTH = {"channelId": 255, "schedule": 1000, "timezone": 64}  # what a rea
 _ALLOWED = {"schedule": "a string or a list of at most 20 strings", "catchUp": 'true, false or a duration such as "1d"'}
 _JSON_KIND = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
 _BLANKS = frozenset("\u115f\u1160\u2800\u3164\uffa0")  # print as blanks, though Python calls them printable
-_INTERVAL = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
+_INTERVAL = re.compile(r"(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
 _UNITS = (("day", 86400, 1 << 62), ("hour", 3600, 24), ("minute", 60, 60), ("second", 1, 60))  # name, size, per
 _DATES = (date(1, 1, 3), date(9999, 12, 29))  # within a day of datetime's range, any offset would overflow it
 _T = TypeVar("_T")
@@ -229,13 +229,13 @@ def _check_periodic(event: Event) -> None:
     schedule, every, zone = event.schedule, event.every, event.timezone
     if (schedule is None) == (every is None):
         raise ValueError('give "schedule" (cron, with "timezone") or "every" (an interval such as "90m"), not both')
-    if (every is None) == (zone is None):  # a cron needs its zone; an interval is elapsed time, in none
-        raise ValueError('"timezone" goes with "schedule", not "every"' if zone else 'missing field "timezone" '
-                         "(an IANA name such as Europe/Vienna)")
+    if schedule is not None and zone is None:  # a cron needs its zone; an interval may have one (see _Every)
+        raise ValueError('missing field "timezone" (an IANA name such as Europe/Vienna)')
     if every is not None:
         _about("every", _seconds, every)
-    start = -math.inf if event.start is None else _about("start", _instant, event.start)
-    if event.until is not None and _about("until", _instant, event.until) < start:
+    instant = lambda text: _instant(text, _zone(zone) if zone else None)
+    start = -math.inf if event.start is None else _about("start", instant, event.start)
+    if event.until is not None and _about("until", instant, event.until) < start:
         raise ValueError(f'"until" {event.until!r} is before "start" {event.start!r}')
     if isinstance(event.catch_up, str):
         _about("catchUp", _seconds, event.catch_up)
@@ -263,8 +263,10 @@ def _duration(seconds: float) -> str:
 
 def _seconds(text: str) -> int:
     if len(text) > 40 or (parts := _INTERVAL.fullmatch(text)) is None:
-        raise ValueError(f"{_excerpt(text)!r} is not an interval such as 90m, 1h30m or 2d (d, h, m, s in that order)")
-    total = sum(int(count) * size for count, (_, size, _) in zip(parts.groups(), _UNITS, strict=True) if count)
+        raise ValueError(f"{_excerpt(text)!r} is not an interval such as 90m, 1h30m, 2d or 6w (w, d, h, m, s in that "
+                         "order)")
+    sizes = (7 * 86400, *(size for _, size, _ in _UNITS))  # weeks are read, never printed (see _duration)
+    total = sum(int(count) * size for count, size in zip(parts.groups(), sizes, strict=True) if count)
     if not 1 <= total <= 3650 * 86400:
         raise ValueError(f"{_excerpt(text)!r} is not between 1 second and ten years")
     return total
@@ -286,9 +288,12 @@ def _read_iso(text: str) -> datetime:
     return when
 
 
-def _instant(text: str) -> float:
+def _instant(text: str, zone: ZoneInfo | None = None) -> float:
+    """An instant with its offset (as written: unlike "at", not checked against ``zone``), or wall time in ``zone``."""
     if (when := _read_iso(text)).utcoffset() is None:  # as the host's local time, it would vary with the host
-        raise ValueError(f"has no UTC offset: {_excerpt(text)!r} (add one, e.g. +01:00 or Z)")
+        if zone is None:
+            raise ValueError(f'has no UTC offset: {_excerpt(text)!r} (add one, e.g. +01:00, or give "timezone")')
+        return _wall(when, zone)[0]
     return when.timestamp()
 
 
@@ -640,7 +645,7 @@ class _Timing:
 
     def next_after(self, t: float) -> float | None:
         """The first occurrence strictly after ``t``, or None when none is left."""
-        due = self._next(t if t >= self.start else self.start - 1e-6)
+        due = self._next(t if t >= self.start else math.nextafter(self.start, -math.inf))  # far on, 1e-6 is no step
         return due if due is not None and due <= self.until else None
 
     def _next(self, t: float) -> float | None:
@@ -682,18 +687,52 @@ class _OnCron(_Timing):
 
 class _Every(_Timing):
     """Every so long from ``start``, else from the file's mtime floored to the second (the first run one
-    interval later): a restart keeps the phase, and an ``until`` written as "now + 3 minutes" its last run."""
+    interval later): a restart keeps the phase, and an ``until`` written as "now + 3 minutes" its last run.
+    With a ``timezone`` (``wall``: the origin's wall time there), whole days and weeks keep the wall time: run k
+    is ``wall`` plus k intervals, read as cron reads a wall time, so a gap never shifts the runs after it."""
 
-    __slots__ = ("step", "origin", "first")
+    __slots__ = ("step", "origin", "first", "wall", "days")
 
-    def __init__(self, every: str, origin: float, first: int, zone: tzinfo, start: float, until: float) -> None:
+    def __init__(self, every: str, origin: float, first: int, zone: tzinfo, start: float, until: float,
+                 wall: datetime | None = None) -> None:
         super().__init__(zone, start, until)
         self.step = _seconds(every)
         self.origin = origin
         self.first = first
+        self.wall = wall
+        self.days = re.search("[1-9][0-9]*[hms]", every) is None  # whole weeks and days: no hours, minutes, seconds
 
     def _next(self, t: float) -> float | None:
-        return self.origin + self.step * max(self.first, math.floor((t - self.origin) / self.step) + 1)
+        k = max(self.first, math.floor((t - self.origin) / self.step) + 1)
+        if self.wall is None or not self.days:
+            return self.origin + self.step * k
+        while k > self.first and self._run(k - 1) > t:  # the clocks move a run by hours, never by a day
+            k -= 1
+        while (due := self._run(k)) <= t:
+            k += 1
+        return due if due < math.inf else None
+
+    def _run(self, k: int) -> float:
+        """Run k of a calendar interval (math.inf past what every zone can show)."""
+        if not k or self.wall is None or not isinstance(self.zone, ZoneInfo):
+            return self.origin
+        days = self.step // 86400 * k
+        return math.inf if self.wall.toordinal() + days > _DATES[1].toordinal() else _wall(
+            self.wall + timedelta(days=days), self.zone)[0]
+
+    def notes(self, now: float) -> list[str]:
+        """With a timezone, hours in an interval keep it elapsed time; without one, whole days drift an hour at the
+        user's next clock change: both said aloud."""
+        zone, due = self.zone, self.next_after(now)
+        if self.wall is not None or not self.days or due is None or not isinstance(zone, ZoneInfo):
+            return [] if self.days or self.wall is None else ["`every` counts elapsed time: only whole days and "
+                                                               "weeks keep the wall time"]
+        change = next((change for change in _transitions(zone, math.floor(due / 86400)) if change > due), None)
+        if change is None or (later := self.next_after(math.nextafter(change, -math.inf))) is None:
+            return []
+        was, then = (datetime.fromtimestamp(t, zone).strftime("%H:%M:%S").removesuffix(":00") for t in (due, later))
+        return [] if was == then else [f"runs at {then} after {datetime.fromtimestamp(change, zone).date()}: `every` "
+                                       f"counts elapsed time; add `timezone` to keep {was}"]
 
 
 def _timing(event: Event, mtime: float, user_zone: tzinfo) -> _Timing | None:
@@ -709,12 +748,15 @@ def _one_shot_timing(event: Event, mtime: float, user_zone: tzinfo) -> _Timing:
 
 
 def _periodic_timing(event: Event, mtime: float, user_zone: tzinfo) -> _Timing:
-    start = _instant(event.start) if event.start else -math.inf
-    until = _instant(event.until) if event.until else math.inf
+    own = _zone(event.timezone) if event.timezone else None
+    start = _instant(event.start, own) if event.start else -math.inf
+    until = _instant(event.until, own) if event.until else math.inf
     if event.schedule is not None:
         return _OnCron(event.schedule, event.timezone or "", start, until)
     origin, first = (start, 0) if event.start else (float(math.floor(mtime)), 1)
-    return _Every(event.every or "", origin, first, user_zone, start, until)
+    given = datetime.fromisoformat(event.start) if event.start else None  # a wall time is kept, skipped or not
+    wall = given if given and not given.tzinfo else datetime.fromtimestamp(origin, own).replace(tzinfo=None)
+    return _Every(event.every or "", origin, first, own or user_zone, start, until, wall if own else None)
 
 
 _TIMINGS = {"one-shot": _one_shot_timing, "periodic": _periodic_timing}
@@ -2119,32 +2161,31 @@ def _log_error(event: Event, exc: BaseException) -> None:
 
 _MANUAL = """\
 ## Scheduled events
-You can wake yourself up later: write an event, a small JSON file, into `{dir}/`; when it is due, a harness
-sends you its `text` as a message in its channel.{which}
+To wake yourself up later, write an event, a small JSON file, into `{dir}/`: when it is due, a harness sends
+you its `text` in its channel.{which}
 
 ### Time
 Your user's timezone is {tz_text}: times they give without a zone are there, and so are "today" and "tomorrow".
-This host's clock may be in another zone: before you compute a date, get the time there with its offset: `{now}`.
+This host's clock may be in another zone: get the time there with its offset: `{now}`. That offset is today's
+(an hour off after a clock change): give events wall time and `timezone`.
 
 ### The three types
-**immediate** runs as soon as the harness sees the file:
+**immediate** runs when the harness sees it:
 ```json
 {immediate}
 ```
-**one-shot** runs once, at `at`: give it with its UTC offset, or give `timezone` and write `at` as wall time there:
+**one-shot** runs once, at `at`: wall time in an IANA `timezone` (or with the UTC offset it has then):
 ```json
 {one_shot}
 ```
-```json
-{wall}
-```
-A wall time that daylight saving skips (02:30 on a spring-forward night) runs when the gap ends (03:00); one it
-repeats runs on its first pass. Cron times of day follow the same rule.
+A wall time the clocks skip (02:30 on a spring-forward night) runs when the gap ends (03:00), a repeated one on its
+first pass; so do cron and `every`.
 
-**periodic** runs until you delete the file: on a cron `schedule` in an IANA `timezone` (or a list of schedules:
-the times of each), or `every` so long (`90m`, `1h30m`, `2d`; elapsed time), first one interval after the file is
-written (rewriting it starts anew). Optional: `start` (no run before it), `until` (a run at exactly `until` still
-happens, none after; then the file is deleted), both with offsets, and `catchUp` (below).
+**periodic** runs until you delete the file: on a cron `schedule` in `timezone` (or a list of schedules: each
+one's times), or `every` so long (`90m`, `2d`, `6w`); with `timezone`, whole days and weeks keep the wall
+time, else it is elapsed time. Optional: `start` (none before it; `every` runs first then, else one interval after
+the file is written or rewritten), `until` (a run at exactly `until` still happens; then the file is deleted), wall
+times in `timezone` (else with offsets), and `catchUp` (below).
 ```json
 {periodic}
 ```
@@ -2154,7 +2195,6 @@ happens, none after; then the file is deleted), both with offsets, and `catchUp`
 ```json
 {every}
 ```
-Immediate and one-shot files delete themselves once they have run.
 
 ### Cron schedules
 `minute hour day-of-month month day-of-week`, read in the event's `timezone`:
@@ -2162,32 +2202,32 @@ Immediate and one-shot files delete themselves once they have run.
 - `0 17 * * 5#L` (or `5L`): the last Friday of every month; `0 9 * * 5#2,5#4`: the 2nd and 4th Fridays
 - `0 9 L * *`: the last day of every month; `LW`: its last weekday; `0 9 15W * *`: the weekday nearest the 15th
 
-When both day fields are restricted, a day matching *either* runs: `0 17 22-31 * 5` runs every day from the
-22nd *and* every Friday. A `+` before the day-of-week asks for both: `0 9 1-7 * +1` is the first Monday.
-`@daily` works too. A step starts again every hour: `*/45 * * * *` runs at :00 and :45, not every 45 minutes;
-use `every` for that, or a list for times no one schedule gives.
+When both day fields are restricted, a day matching *either* runs: `0 17 22-31 * 5` runs from the 22nd *and* on
+Fridays. A `+` before the day-of-week asks for both: `0 9 1-7 * +1` is the first Monday.
+A step starts again every hour: `*/45 * * * *` runs at :00 and :45; use `every` for every
+45 minutes, or a list for times no one schedule gives.
 
 ### Creating, checking, cancelling
-Write a temporary name (one starting with `.` or not ending in `.json` is ignored), check it, then `mv` it into
-place, so that the harness never reads a half-written file:
+Write a temporary name (one starting with `.` is ignored), check it, then `mv` it into place, so no half-written
+file is read:
 ```bash
 cat > {qdir}/.dentist.json.tmp <<'JSON'
 {one_shot}
 JSON
 {check} {qdir}/.dentist.json.tmp --check && mv {qdir}/.dentist.json.tmp {qdir}/dentist.json
 ```
-- A file's name is its identity: keep it unique. To change a file, write it again.
-- List: `ls {qdir}/*.json`. Cancel: `rm {qdir}/dentist.json` (a run waiting its turn too).
-- Check them all (each file's next runs and daylight saving's surprises, or what is wrong):
-  `{check} {qdir} --check`. If a check fails, fix the file, or `rm` it.
-- What runs in the next 7 days, in time order: `{check} {qdir} --check --next 7d`
+- A file's name is its identity; to change a file, write it again.
+- List what is pending: `ls {qdir}/*.json` (immediate and one-shot files delete themselves when their run begins).
+  Cancel: `rm {qdir}/dentist.json` (a run waiting its turn too).
+- Check them all (next runs, daylight saving, faults): `{check} {qdir} --check`. If one fails, fix or `rm` it.
+- The next 7 days' runs: `{check} {qdir} --check --next 7d`
 
 ### What you will receive
 ```
-[EVENT:dentist.json:one-shot:{at}] (due {at}) Remind Mario about the dentist at 10:00
+[EVENT:dentist.json:one-shot:{wall_at}] (due {at}) Dentist at 10:00: remind Mario
 ```
-or `[EVENT:name.json:immediate] text`, `[EVENT:name.json:periodic:every 90m] (due ...) text`. `due` is the
-run's time in the event's timezone (an `every`'s in {tz}); `, late by 3 minutes` follows when it starts late.
+or `[EVENT:name.json:periodic:every 2w] (due ...) text`. `due` is the run's time in the event's `timezone`
+(else {tz}); `, late by 3 minutes` follows when it starts late.
 Write `text` as an instruction to your future self. Notices come on the file's channel too:
 - `[EVENT:NAME.json:rejected] why`: the file is invalid (bad JSON, a missing or misspelt field such as
   `catchup`, a bad schedule, a time already past when written) and was renamed to `NAME.json.rejected`. Fix
@@ -2231,7 +2271,7 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
     zone, tz = _zone(name or "UTC"), name or "UTC"
     tomorrow = datetime.now(zone).date() + timedelta(days=1)
     at = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 9, tzinfo=zone).isoformat()
-    until = datetime(tomorrow.year + 1, 12, 31, 23, 59, 59, tzinfo=zone).isoformat()
+    wall_at, until = f"{tomorrow.isoformat()}T09:00:00", f"{tomorrow.year + 1}-12-31T23:59:59"
     # the commands by absolute paths, to work from any directory (an embedded interpreter: the installed script)
     cli = f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))}" if sys.executable else "mom-events"
 
@@ -2250,13 +2290,13 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
         tz_text=name or f"UTC{datetime.now().astimezone().isoformat()[-6:]} (no IANA name is known)",
         now=f"TZ={shlex.quote(name)} date -Iseconds" if name else "date -Iseconds",
         which="" if channel_id else " Put the channel to wake you in into `channelId`.",
-        immediate=example("immediate", "New GitHub issue opened: #42"),
-        one_shot=example("one-shot", "Remind Mario about the dentist at 10:00", at=at),
-        wall=example("one-shot", "Call the plumber", at=f"{tomorrow.isoformat()}T17:00:00", timezone=tz),
-        periodic=example("periodic", "Check the inbox and post a summary", schedule="0 9 * * 1-5", timezone=tz,
+        immediate=example("immediate", "Issue #42 was opened"),
+        one_shot=example("one-shot", "Dentist at 10:00: remind Mario", at=wall_at, timezone=tz),
+        wall_at=wall_at,
+        periodic=example("periodic", "Summarize the inbox", schedule="0 9 * * 1-5", timezone=tz,
                          until=until, catchUp="12h"),
         listed=example("periodic", "Water the plants", schedule=["0 8 * * 1-5", "0 10 * * 0,6"], timezone=tz),
-        every=example("periodic", "Check the build", every="90m"))
+        every=example("periodic", "Post the sprint report", every="2w", start=f"{tomorrow}T10:00:00", timezone=tz))
 
 
 def _one_line(text: str) -> str:
@@ -2379,8 +2419,14 @@ def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda,
     said = [what, f"runs at once, late by {_duration(now - (verdict.due or now))}"] if late else [what]
     if event.at is not None and first is not None:
         said.append(f"at {_shown(first, now, zone, timing.zone)}")
+        mine, written = datetime.fromtimestamp(first, zone), datetime.fromisoformat(event.at)
+        if event.timezone is None and written.utcoffset() != mine.utcoffset():  # a date past a clock change
+            offsets = (written.isoformat(timespec="seconds")[19:], mine.isoformat(timespec="seconds")[19:])
+            notes.append(f"the offset {offsets[0]} is not {zone}'s on {mine.date()} ({offsets[1]}): runs at "
+                         f"{mine.strftime('%H:%M:%S').removesuffix(':00')} there")
     elif event.at is None:  # a periodic event: its schedule, its flags in words, its next three runs
-        said.append(f"every {event.every}" if event.every else f"{event.schedule} in {event.timezone}")
+        said.append((f"every {event.every}" if event.every else f"{event.schedule}") + (
+            f" in {event.timezone}" if event.timezone else ""))
         for word, key, when in (("from", "start", timing.start), ("until", "until", timing.until)):
             if math.isfinite(when):
                 said.append(f"{word} {_shown(when, None, zone, timing.zone, key)}")

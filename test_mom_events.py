@@ -186,7 +186,8 @@ class ParseEventTest(ParseErrorMixin):
             (file_of("periodic", timezone=7), '"timezone" must be a string, not a number'),
             (file_of("periodic", timezone="Europe/" + "x" * 58), '"timezone" is 65 characters long (at most 64)'),
             (file_of("periodic", timezone=None), 'missing field "timezone" (an IANA name such as Europe/Vienna)'),
-            (file_of("every", timezone="UTC"), '"timezone" goes with "schedule", not "every"'),
+            (file_of("every", timezone="UTC", start="2030-01-01T00:00:00", until="2029-12-31T23:00:00Z"),
+             "\"until\" '2029-12-31T23:00:00Z' is before \"start\" '2030-01-01T00:00:00'"),  # start: wall time in UTC
             (file_of("periodic", schedule=None), 'give "schedule" (cron, with "timezone") or "every" (an interval '
                                                  'such as "90m"), not both'),
             (file_of("periodic", every="5m"), 'give "schedule" (cron, with "timezone") or "every" (an interval such '
@@ -199,12 +200,12 @@ class ParseEventTest(ParseErrorMixin):
             (file_of("every", start=start, until="2030-01-01T08:59:59Z"),
              "\"until\" '2030-01-01T08:59:59Z' is before \"start\" '2030-01-01T09:00:00+00:00'"),
             (file_of("every", start="2030-01-01T00:00:00"),
-             "\"start\" has no UTC offset: '2030-01-01T00:00:00' (add one, e.g. +01:00 or Z)"),
+             "\"start\" has no UTC offset: '2030-01-01T00:00:00' (add one, e.g. +01:00, or give \"timezone\")"),
             (file_of("every", until="next year"), "\"until\" is not an ISO 8601 date-time: 'next year'"),
             (file_of("every", until="9999-12-31T00:00:00Z"), "\"until\" is out of range: '9999-12-31T00:00:00Z'"),
             (file_of("every", catchUp=1), '"catchUp" must be true, false or a duration such as "1d", not a number'),
-            (file_of("every", catchUp="soon"), "\"catchUp\" 'soon' is not an interval such as 90m, 1h30m or 2d (d, h, "
-                                               "m, s in that order)"),
+            (file_of("every", catchUp="soon"), "\"catchUp\" 'soon' is not an interval such as 90m, 1h30m, 2d or 6w (w, "
+                                               "d, h, m, s in that order)"),
         ]
         for data, reason in cases:
             with self.subTest(reason=reason):
@@ -253,10 +254,12 @@ class ParseEventTest(ParseErrorMixin):
 
     def test_intervals_and_durations(self):
         for text, seconds in (("90m", 5400), ("1h30m", 5400), ("2d", 172800), ("1s", 1), ("1d2h3m4s", 93784),
-                              ("00000000001s", 1), ("3650d", 3650 * 86400)):
+                              ("00000000001s", 1), ("3650d", 3650 * 86400), ("6w", 42 * 86400), ("2w3d", 17 * 86400),
+                              ("1w1d1h1m1s", 8 * 86400 + 3661), ("521w", 3647 * 86400)):
             self.assertEqual(me._seconds(text), seconds)
             self.assertEqual(parse_event(file_of("every", every=text), "e.json").every, text)
-        for bad in ("90", "m", "1.5h", "30m1h", "1h1h", "0s", "-5m", "1w", " 90m", "90m ", "3651d", "1H", "٣m",
+        for bad in ("90", "m", "1.5h", "30m1h", "1h1h", "0s", "-5m", "1d1w", "1W", "522w", "0w", " 90m", "90m ",
+                    "3651d", "1H", "٣m",
                     "9" * 40 + "s"):
             with self.subTest(bad=bad), self.assertRaisesRegex(EventError, r'^e\.json: "every" .* (is not an interval '
                                                                           r"such as|is not between 1 second and ten)"):
@@ -1075,6 +1078,8 @@ class TimingTest(unittest.TestCase):
         start = utc(2030, 1, 1, 9).timestamp()
         t = self.timing(0, every="1h", start="2030-01-01T09:00:00Z")
         self.assertEqual(self.runs(t, 0, 2), [start, start + 3600])
+        far = utc(9000, 1, 1, 9).timestamp()  # where a float's step is above a microsecond
+        self.assertEqual(self.runs(self.timing(0, every="1h", start="9000-01-01T09:00:00Z"), 0, 2), [far, far + 3600])
 
     def test_until_written_as_now_plus_three_minutes_keeps_its_last_run(self) -> None:
         written = utc(2030, 1, 1, 9, 0, 0).timestamp() + 0.4
@@ -1102,6 +1107,27 @@ class TimingTest(unittest.TestCase):
                                            "02:00 to 03:00): runs at 03:00 EDT"])
         self.assertEqual(t.notes(at), [])
         self.assertEqual(t.zone, ZoneInfo("America/New_York"))  # a wall time is shown on its zone's clock
+
+    def test_whole_days_without_a_timezone_say_how_they_drift_at_the_users_next_clock_change(self) -> None:
+        sydney = ZoneInfo("Australia/Sydney")
+        drifts = {"every": "6w", "start": "2026-12-05T10:00:00+11:00"}
+        event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **drifts}), "p.json")
+        timing = me._timing(event, 0, sydney)
+        self.assertEqual(timing.notes(datetime(2026, 11, 28, tzinfo=sydney).timestamp()), [
+            "runs at 09:00 after 2027-04-04: `every` counts elapsed time; add `timezone` to keep 10:00"])
+        self.assertEqual(timing.notes(datetime(2027, 5, 1, tzinfo=sydney).timestamp()), [
+            "runs at 10:00 after 2027-10-03: `every` counts elapsed time; add `timezone` to keep 09:00"])
+        now = datetime(2026, 11, 28, tzinfo=sydney).timestamp()
+        for fields, user, notes in (
+                ({**drifts, "timezone": "Australia/Sydney"}, sydney, []),  # keeps the wall time
+                ({**drifts, "every": "6w1h"}, sydney, []), ({**drifts, "every": "90m"}, sydney, []),  # not whole days
+                (drifts, ZoneInfo("Asia/Tokyo"), []), (drifts, UTC, []),  # no clock change
+                ({**drifts, "until": "2027-04-03T00:00:00Z"}, sydney, []),  # no run after it
+                ({**drifts, "every": "1d12h", "timezone": "Australia/Sydney"}, sydney,
+                 ["`every` counts elapsed time: only whole days and weeks keep the wall time"])):
+            with self.subTest(fields=fields, user=user):
+                self.assertEqual(me._timing(parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t",
+                                                                    **fields}), "p.json"), 0, user).notes(now), notes)
 
     # The judge on its own: exact verdicts at the edges of its windows (2030-01-01T09:00:00Z is A).
     A = 1893488400.0
@@ -1170,6 +1196,92 @@ class TimingTest(unittest.TestCase):
         fields = {"type": "periodic", "every": "1h", "start": "2030-01-01T00:00:00Z", "until": "2030-01-01T02:00:00Z"}
         start = utc(2030, 1, 1).timestamp()
         self.assertEqual(self.judge(fields, start - 10, start + 10 * 3600), ("ended", None, None, "it has no run left"))
+
+def first_at_or_after(zone: ZoneInfo, wall: datetime) -> float:
+    """The first instant whose wall time in ``zone`` is ``wall`` or later, walked a quarter-hour at a time from
+    before any zone's ``wall`` (every offset and change in the zones tested is a whole quarter-hour)."""
+    t = wall.replace(tzinfo=UTC) - timedelta(hours=15)
+    while t.astimezone(zone).replace(tzinfo=None) < wall:
+        t += timedelta(minutes=15)
+    return t.timestamp()
+
+
+class CalendarIntervalTest(unittest.TestCase):
+    """`every` of whole weeks and days with a `timezone` keeps the wall time: against a model on zoneinfo alone."""
+
+    def timing(self, mtime: float = 0, user: ZoneInfo | None = None, **fields: object) -> object:
+        event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")
+        return me._timing(event, mtime, user or UTC)
+
+    def runs(self, timing: object, after: float, count: int) -> list[float]:
+        return TimingTest.runs(self, timing, after, count)  # type: ignore[arg-type]
+
+    def test_every_sixth_saturday_at_10_for_ten_years_in_four_zones(self) -> None:
+        start = datetime(2026, 12, 5, 10)  # a Saturday
+        for name in ("Australia/Sydney", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"):
+            zone, rng = ZoneInfo(name), random.Random(name)
+            expected = [first_at_or_after(zone, start + k * timedelta(weeks=6)) for k in range(87)]  # 10 years
+            with self.subTest(zone=name):
+                timing = self.timing(every="6w", start=start.isoformat(), timezone=name)
+                self.assertEqual(self.runs(timing, 0, 87), expected)
+                shown = [datetime.fromtimestamp(run, zone) for run in expected]
+                self.assertEqual({when.strftime("%a %H:%M") for when in shown}, {"Sat 10:00"})
+                self.assertEqual(len({when.utcoffset() for when in shown}), 2)  # across the clock changes
+                for t in [*expected[:-1], *(rng.uniform(expected[0] - 86400, expected[-1] - 1) for _ in range(300))]:
+                    self.assertEqual(timing.next_after(t), min(run for run in expected if run > t))  # type: ignore
+
+    def test_a_wall_time_the_clocks_skip_or_repeat_runs_as_cron_runs_it_and_never_shifts_the_next(self) -> None:
+        for name, start, every in (("America/New_York", "2027-03-14T02:30:00", "1w"),
+                                   ("Europe/Berlin", "2027-03-28T02:30:00", "1d"),
+                                   ("Europe/Berlin", "2027-10-31T02:30:00", "1w"),
+                                   ("Australia/Lord_Howe", "2027-09-26T02:15:00", "1w")):
+            zone, wall = ZoneInfo(name), datetime.fromisoformat(start)
+            step = timedelta(weeks=1) if every == "1w" else timedelta(days=1)
+            expected = [first_at_or_after(zone, wall + k * step) for k in range(60)]
+            with self.subTest(zone=name, start=start):
+                self.assertEqual(self.runs(self.timing(every=every, start=start, timezone=name), 0, 60), expected)
+        new_york = self.runs(self.timing(every="1w", start="2027-03-14T02:30:00", timezone="America/New_York"), 0, 2)
+        self.assertEqual(new_york, [utc(2027, 3, 14, 7).timestamp(), utc(2027, 3, 21, 6, 30).timestamp()])
+        berlin = self.runs(self.timing(every="1w", start="2027-10-31T02:30:00", timezone="Europe/Berlin"), 0, 1)
+        self.assertEqual(berlin, [utc(2027, 10, 31, 0, 30).timestamp()])  # the first pass, CEST
+
+    def test_without_start_it_counts_from_the_mtime_as_a_wall_time(self) -> None:
+        sydney = ZoneInfo("Australia/Sydney")
+        mtime = datetime(2027, 3, 27, 10, 0, 30, tzinfo=sydney).timestamp() + 0.7
+        runs = self.runs(self.timing(mtime, every="1w", timezone="Australia/Sydney"), mtime, 2)
+        self.assertEqual([datetime.fromtimestamp(run, sydney).isoformat() for run in runs],
+                         ["2027-04-03T10:00:30+11:00", "2027-04-10T10:00:30+10:00"])
+
+    def test_hours_minutes_or_seconds_or_no_timezone_keep_it_elapsed_time(self) -> None:
+        start = "2027-03-27T10:00:00+11:00"
+        for fields, step in (({"every": "1d12h", "timezone": "Australia/Sydney"}, 129600),
+                             ({"every": "1d24h", "timezone": "Australia/Sydney"}, 172800),
+                             ({"every": "90m", "timezone": "Australia/Sydney"}, 5400),
+                             ({"every": "6w"}, 42 * 86400)):
+            with self.subTest(**fields):
+                runs = self.runs(self.timing(start=start, **fields), 0, 12)
+                self.assertEqual({b - a for a, b in itertools.pairwise(runs)}, {step})
+        for every in ("1d0h", "2d"):  # whole days: a zero hour is none
+            runs = self.runs(self.timing(start=start, every=every, timezone="Australia/Sydney"), 0, 6)
+            self.assertEqual(len({datetime.fromtimestamp(run, ZoneInfo("Australia/Sydney")).time() for run in runs}), 1)
+        self.assertEqual(self.timing(every="90m", timezone="Australia/Sydney").zone,  # type: ignore[attr-defined]
+                         ZoneInfo("Australia/Sydney"))  # its due times are shown there
+
+    def test_start_and_until_are_wall_times_in_the_timezone_and_an_offset_is_the_instant_written(self) -> None:
+        cron = self.timing(schedule="0 9 * * *", timezone="Australia/Sydney", start="2027-04-01T00:00:00",
+                           until="2027-04-05T09:00:00")
+        self.assertEqual([time.strftime("%m-%d %H:%M", time.gmtime(run)) for run in self.runs(cron, 0, 9)],
+                         ["03-31 22:00", "04-01 22:00", "04-02 22:00", "04-03 23:00", "04-04 23:00"])
+        offset = self.timing(every="1w", start="2027-03-27T10:00:00+10:00", timezone="Australia/Sydney")  # not +11
+        shown = [datetime.fromtimestamp(run, ZoneInfo("Australia/Sydney")) for run in self.runs(offset, 0, 3)]
+        self.assertEqual([when.isoformat() for when in shown],
+                         ["2027-03-27T11:00:00+11:00", "2027-04-03T11:00:00+11:00", "2027-04-10T11:00:00+10:00"])
+
+    def test_the_last_runs_before_year_9999_end_it_without_an_overflow(self) -> None:
+        timing = self.timing(every="521w", start="9990-01-06T10:00:00", timezone="Pacific/Kiritimati")
+        self.assertEqual(len(self.runs(timing, 0, 5)), 1)
+        self.assertIsNone(timing.next_after(datetime(9990, 1, 7, tzinfo=UTC).timestamp()))  # type: ignore
+
 
 class ScanTest(unittest.TestCase):
     """The scanner on a real directory: created, changed, deleted; a rewrite the stat cannot see."""
@@ -2902,16 +3014,33 @@ class PromptTest(CliCase):
             text = me.events_prompt(self.events, timezone=zone, channel_id="C42")
             blocks = re.findall(r"```json\n(.*?)\n```", text, re.S)
             events = [parse_event(block, "x.json") for block in blocks]
-            self.assertEqual([event.type for event in events], ["immediate", "one-shot", "one-shot", "periodic",
-                                                                "periodic", "periodic"])
+            self.assertEqual([event.type for event in events], ["immediate", "one-shot", "periodic", "periodic",
+                                                                "periodic"])
             self.assertEqual({event.channel_id for event in events}, {"C42"})
-            self.assertEqual(events[4].schedule, "0 8 * * 1-5 | 0 10 * * 0,6")  # a list
-            self.assertEqual(events[3].catch_up, "12h")
+            self.assertEqual({event.timezone for event in events[1:]}, {zone})  # wall times, never a guessed offset
+            self.assertEqual(events[3].schedule, "0 8 * * 1-5 | 0 10 * * 0,6")  # a list
+            self.assertEqual(events[2].catch_up, "12h")
             for k, block in enumerate(blocks):
                 put(self.events, f"e{k}.json", block)
             result = self.run_cli(self.events, "--check", "--timezone", zone)
             self.assertEqual(result.returncode, 0, result.stdout)
             self.assertIn("checked ", result.stdout.splitlines()[-1])
+            self.assertIn(f"e4.json: ok: periodic on channel C42, every 2w in {zone}, from ", result.stdout)
+
+    def test_the_interval_example_keeps_its_wall_time_every_other_week_for_a_year(self):
+        text = me.events_prompt(self.events, timezone="Australia/Sydney")
+        block = re.findall(r"```json\n(.*?)\n```", text, re.S)[-1]
+        timing = me._timing(parse_event(block, "x.json"), time.time(), UTC)
+        runs, after = [], 0.0
+        while len(runs) < 27 and (after := timing.next_after(after)) is not None:  # type: ignore[attr-defined]
+            runs.append(datetime.fromtimestamp(after, ZoneInfo("Australia/Sydney")))
+        self.assertEqual({run.strftime("%H:%M") for run in runs}, {"10:00"})
+        self.assertEqual({(b.date() - a.date()).days for a, b in itertools.pairwise(runs)}, {14})
+        self.assertEqual(len({run.utcoffset() for run in runs}), 2)
+        for taught in ("`6w`", "whole days and weeks keep the wall", "else it is elapsed time", "`every` runs first "
+                       "then, else one interval after the file is written", "delete themselves when their run begins",
+                       "That offset is today's", "wall time and `timezone`"):
+            self.assertIn(taught, " ".join(text.split()))
 
     def test_it_teaches_lists_catch_up_spans_and_interrupted_within_1000_words(self):
         for history in (None, "/srv/bot/events/.history.jsonl"):
@@ -3028,7 +3157,8 @@ class CheckTest(CliCase):
         self.assertEqual(by_name["hook.json"], 'ok: immediate on channel C1, runs on arrival; unknown fields are '
                                                'ignored: "botNote"')
         self.assertRegex(by_name["later.json"], r"^ok: one-shot on channel C2, at 2999-01-01T03:00:00-05:00 \(09:00 "
-                                                r"in UTC\+01:00, in \d+ days( \d+ \w+)*\)$")
+                                                r"in UTC\+01:00, in \d+ days( \d+ \w+)*\); the offset \+01:00 is not "
+                                                r"America/New_York's on 2999-01-01 \(-05:00\): runs at 03:00 there$")
         self.assertRegex(by_name["old.json"], r'^one-shot on channel C2: "at" 2001-01-01T09:00:00\+01:00 is \d+ days'
                                               r"( \d+ \w+)* in the past \(it is now .*\); it will not run$")
         self.assertRegex(by_name["tick.json"], r"^ok: periodic on channel C3, 0 9 \* \* \* in Europe/Vienna; next "
@@ -3116,6 +3246,51 @@ class CheckTest(CliCase):
         self.assertEqual(len(lines), 2 + 1 + 10000 + 1)
         self.put("fast.json", {"type": "periodic", "channelId": "C1", "text": "x", "every": "3650d"})
         self.assertRegex(self.check("--next", "1000")[1][2], r"^only \d{3} runs left:$")  # none past the year 9999
+
+    def test_a_calendar_interval_keeps_its_wall_time_in_the_agenda_across_both_clock_changes(self):
+        self.put("sat.json", {"type": "periodic", "channelId": "C1", "text": "s", "every": "6w",
+                              "start": "2998-12-01T10:00:00", "timezone": "Australia/Sydney"})  # a Saturday
+        status, lines = self.check("--next", "9", zone="Australia/Sydney")
+        self.assertEqual((status, lines[1]), (0, "next 9 runs:"))
+        self.assertRegex(lines[0], r"^sat\.json: ok: periodic on channel C1, every 6w in Australia/Sydney, from "
+                                   r"2998-12-01T10:00:00\+11:00 \(start\); next 2998-12-01T10:00:00\+11:00 "
+                                   r"\(in [^)]+\), 2999-01-12T10:00:00\+11:00, 2999-02-23T10:00:00\+11:00$")
+        whens = [datetime.fromisoformat(line.split()[0]) for line in lines[2:11]]
+        self.assertEqual({when.strftime("%a %H:%M") for when in whens}, {"Sat 10:00"})
+        self.assertEqual({when.utcoffset() for when in whens}, {timedelta(hours=10), timedelta(hours=11)})
+        self.assertEqual({(b.date() - a.date()).days for a, b in itertools.pairwise(whens)}, {42})
+        _, lines = self.check(zone="UTC")
+        self.assertIn("next 2998-11-30T23:00:00+00:00 (2998-12-01 10:00 in Australia/Sydney, in ", lines[0])
+
+    def test_it_says_when_an_interval_of_whole_days_will_drift_and_that_hours_are_elapsed_time(self):
+        self.put("drift.json", {"type": "periodic", "channelId": "C1", "text": "d", "every": "6w",
+                                "start": "2998-12-01T10:00:00+11:00"})
+        self.put("hours.json", {"type": "periodic", "channelId": "C1", "text": "h", "every": "1d12h",
+                                "start": "2998-12-01T10:00:00", "timezone": "Australia/Sydney"})
+        change = cron_transitions("Australia/Sydney", 2999)[0][0].astimezone(ZoneInfo("Australia/Sydney")).date()
+        _, lines = self.check(zone="Australia/Sydney")
+        self.assertTrue(lines[0].startswith("drift.json: ok: periodic on channel C1, every 6w, from "), lines[0])
+        self.assertTrue(lines[0].endswith(f"; runs at 09:00 after {change}: `every` counts elapsed time; add "
+                                          "`timezone` to keep 10:00"), lines[0])
+        self.assertTrue(lines[1].startswith("hours.json: ok: periodic on channel C1, every 1d12h in "
+                                            "Australia/Sydney"), lines[1])
+        self.assertTrue(lines[1].endswith("; `every` counts elapsed time: only whole days and weeks keep the wall "
+                                          "time"), lines[1])
+        _, lines = self.check(zone="Asia/Tokyo")  # no clock change: nothing to say
+        self.assertNotIn("`every`", lines[0])
+
+    def test_an_offset_that_is_not_the_users_zones_then_is_named_and_a_right_one_is_not(self):
+        self.put("june.json", cli_one_shot("2998-06-01T09:00:00+11:00"))
+        self.put("right.json", cli_one_shot("2998-06-01T09:00:00+10:00"))
+        self.put("wall.json", {**cli_one_shot("2998-06-01T09:00:00"), "timezone": "Australia/Sydney"})
+        status, lines = self.check(zone="Australia/Sydney")
+        self.assertEqual(status, 0)  # still valid: the instant is what was written
+        self.assertRegex(lines[0], r"^june\.json: ok: one-shot on channel C1, at 2998-06-01T08:00:00\+10:00 \(09:00 "
+                                   r"in UTC\+11:00, in [^)]+\); the offset \+11:00 is not Australia/Sydney's on "
+                                   r"2998-06-01 \(\+10:00\): runs at 08:00 there$")
+        for line, name in zip(lines[1:3], ("right", "wall"), strict=True):
+            self.assertRegex(line, rf"^{name}\.json: ok: one-shot on channel C1, at 2998-06-01T09:00:00\+10:00 \(in "
+                                   r"[^)]+\)$")
 
     def test_a_draft_of_any_name_a_missing_path_and_the_history(self):
         draft = self.events / ".dentist.json.tmp"
