@@ -2228,19 +2228,18 @@ JSON
 ```
 or `[EVENT:name.json:periodic:every 2w] (due ...) text`. `due` is the run's time in the event's `timezone`
 (else {tz}); `, late by 3 minutes` follows when it starts late.
-Write `text` as an instruction to your future self. Notices come on the file's channel too:
-- `[EVENT:NAME.json:rejected] why`: the file is invalid (bad JSON, a missing or misspelt field such as
-  `catchup`, a bad schedule, a time already past when written) and was renamed to `NAME.json.rejected`. Fix
-  it, check it, then `mv {qdir}/NAME.json.rejected {qdir}/NAME.json` (or `rm` it).
-- `[EVENT:NAME.json:missed] It was due at ...`: a one-shot fell due while no harness ran and was deleted unrun:
-  tell the user, and write it again if it still matters.
-- `[EVENT:NAME.json:interrupted] ...`: the harness stopped during that run (its message follows); its outcome
-  is unknown, so check what it did before you repeat it.
+Write `text` as an instruction to your future self. Each channel runs one event at a time; 5 more may wait.
+What does not run comes as a notice on its channel, `[EVENT:NAME.json:TYPE] why. It was: <the original>`:
+- `rejected`: invalid (bad JSON, a misspelt field such as `catchup`, a bad schedule, a time already past), now
+  `NAME.json.rejected`. Fix it, check it, then `mv {qdir}/NAME.json.rejected {qdir}/NAME.json` (or `rm` it).
+- `missed`: a one-shot fell due while no harness ran, more than 5 s after the last one stopped (and beyond the
+  operator's grace); deleted unrun. Tell the user; write it again if it still matters.
+- `skipped`: a periodic run missed by more than its `catchUp`; the file stays. Without `catchUp`, missed periodic
+  runs are skipped silently; `true` runs the latest once, late; `"12h"`, only if at most that late.
+- `stale` (immediates written while no harness ran) and `discarded` (5 already waiting): deleted unrun, many in one.
+- `interrupted`: the harness stopped during that run; its outcome is unknown: check before you repeat it.
 
-A periodic event skips the runs it missed while no harness ran, unless its file has `catchUp`: `true` runs the latest
-missed run once, late, however long ago; a span such as `"12h"`, only if it is no later than that. Each channel runs
-one event at a time; a few more wait (5 by default) and the rest are discarded (notices never are). A program that
-reports many things should append them to a file and write an event only when none is pending.
+A program that reports many things should append them to a file and write an event only when none is pending.
 {history}"""
 
 _HISTORY = """
@@ -2532,11 +2531,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--exec", metavar="CMD", help="run /bin/sh -c CMD per event: the message on stdin, the event in MOM_EVENT_*")
     add("--exec-timeout", type=seconds, metavar="S", help="stop a command (all it started) running longer")
     add("--grace", type=_number, default=30.0, metavar="S", help="on SIGTERM/SIGINT, the time to finish (30)")
-    add("--misfire-grace", type=_number, default=0.0, metavar="S", help="a one-shot this late at start still runs")
+    add("--misfire-grace", type=_number, default=0.0, metavar="S",
+        help="at start, what fell due while none ran runs late if at most S late (always within 5 s of its end)")
     add("--max-queued", type=lambda text: int(_number(text)), default=5, metavar="N", help="events waiting a channel")
     add("--history", metavar="PATH", help="append one JSON line per outcome to PATH (--prompt: teach it)")
     add("--standby", action="store_true", help="when another harness watches DIR, wait and take over")
-    add("--no-notify", dest="notify", action="store_false", help="send no rejected/missed/interrupted notices")
+    add("--no-notify", dest="notify", action="store_false",
+        help="tell no rejected, missed, skipped, stale or discarded notice (interrupted is always told)")
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument("--check", action="store_true", help="judge DIR's files (or one file) and exit 0 if all run")
     modes.add_argument("--prompt", action="store_true", help="print the agent's manual for DIR")

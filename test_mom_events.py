@@ -3046,7 +3046,8 @@ class PromptTest(CliCase):
         for history in (None, "/srv/bot/events/.history.jsonl"):
             text = me.events_prompt("/srv/bot/events/", "Europe/Vienna", "C1", history)
             self.assertLessEqual(len(text.split()), 1000)
-        for needle in ("[EVENT:NAME.json:interrupted]", "[EVENT:NAME.json:missed]", "[EVENT:NAME.json:rejected]",
+        for needle in ("`interrupted`", "`missed`", "`rejected`", "`skipped`", "`stale`", "`discarded`",
+                       "[EVENT:NAME.json:TYPE] why. It was: <the original>",
                        "a list of schedules", '`"12h"`', "`catchUp`", "mv /srv/bot/events/.dentist.json.tmp",
                        "rm /srv/bot/events/dentist.json", "delete themselves", "### Did it run? The history"):
             self.assertIn(needle, text)
