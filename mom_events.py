@@ -28,6 +28,7 @@ import argparse
 import bisect
 import calendar
 import contextlib
+import errno
 import fcntl
 import heapq
 import importlib
@@ -46,7 +47,6 @@ import subprocess
 import threading
 import time
 import unicodedata
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -1084,7 +1084,9 @@ class _Channels:
         self.max_queued = max_queued
         self._spawn = spawn
         self._linger = linger
-        self._lock = threading.Condition()
+        lock = threading.Lock()
+        self._lock = threading.Condition(lock)  # idle workers wait on it for a ready channel
+        self._ended = threading.Condition(lock)  # wait() waits on it for runs, and workers, to end
         self._waiting: dict[str, deque[_Job]] = {}  # a channel is here while it is busy
         self._events: dict[str, int] = {}  # how many of a busy channel's waiting jobs are not notices
         self._ready: deque[str] = deque()  # busy channels with nothing running, in turn
@@ -1179,8 +1181,8 @@ class _Channels:
         me = threading.get_ident()
         mine: Callable[[], int] = lambda: sum(ident == me for ident in self._running.values())
         with self._lock:
-            self._lock.wait_for(lambda: len(self._running) == mine() and not (self.closed and self._workers > mine()),
-                                timeout)
+            self._ended.wait_for(lambda: len(self._running) == mine() and not (self.closed and self._workers > mine()),
+                                 timeout)
             return sorted(channel for channel, ident in self._running.items() if ident != me)
 
     def _work(self) -> None:
@@ -1192,7 +1194,7 @@ class _Channels:
                 self._idle -= 1
                 if not self._ready:
                     self._workers -= 1
-                    self._lock.notify_all()  # stop() waits for the workers to be gone
+                    self._ended.notify_all()  # stop() waits for the workers to be gone
                     return
                 channel = self._ready.popleft()
                 job = self._waiting[channel].popleft()
@@ -1207,10 +1209,10 @@ class _Channels:
                     self._lock.acquire()
                     del self._running[channel]
                     if self._waiting[channel]:
-                        self._ready.append(channel)
+                        self._ready.append(channel)  # this worker takes it, or the next ready one, at once
                     else:
                         del self._waiting[channel], self._events[channel]
-                    self._lock.notify_all()
+                    self._ended.notify_all()  # only wait() waits on it: the idle workers sleep on
 
 
 # --- The history: one JSON line per outcome, for the agent and its operator ---
@@ -1298,16 +1300,23 @@ def _stop_run(*run_ids: str, wait: float = 1.0) -> int:
     return len(found)
 
 
+_ID_PREFIX = os.urandom(6).hex()  # this process's: ids from a counter need no random bytes each (a syscall)
+_ID_COUNT = itertools.count()
+
+
+def _new_id() -> str:
+    """A run's (or a temporary's) id, unique across processes and restarts."""
+    return f"{_ID_PREFIX}{next(_ID_COUNT):x}"
+
+
 def _take(directory: str, name: str, sig: _Signature, rename_to: str | None = None) -> bool:
     """Delete the file ``name`` (or rename it to ``rename_to``) if it is still the one that was judged: it is
     moved first and checked there, so that a newer file an ``mv`` put under its name is never lost."""
     path = os.path.join(directory, name)
-    aside = os.path.join(directory, rename_to or os.path.join(_RECORDS, f"take.{uuid.uuid4().hex}"))
-    try:
+    aside = os.path.join(directory, rename_to or f".mom_events.take.{_new_id()}")  # a rename within the
+    try:  # directory: one across directories takes a lock that a burst of runs queues on
         os.rename(path, aside)
     except FileNotFoundError:
-        if os.path.lexists(path):  # our private directory is gone (the directory made anew)
-            raise
         return False
     try:
         if _signature(os.stat(aside))[:3] == sig[:3]:  # a rename changes the ctime, nothing else
@@ -1331,36 +1340,50 @@ def _unchanged(directory: str, name: str, sig: _Signature) -> bool:
     return False
 
 
-def _record_path(directory: str, run_id: str) -> str:
-    return os.path.join(directory, _RECORDS, f"run.{run_id}")
+def _record_path(directory: str, run_id: str, name: str) -> str:
+    """DIR/.mom_events/run.ID.NAME: the name says whose record it is before its content does (a file moved
+    there whose record is not yet written); without NAME when the two would be too long a name."""
+    record = f"run.{run_id}.{name}"
+    return os.path.join(directory, _RECORDS, record if len(os.fsencode(record)) <= 255 else f"run.{run_id}")
+
+
+_SEPARATOR = b"\n\0"  # begins a record; what stands before it is the event file moved there (JSON holds no NUL)
 
 
 def _write_record(directory: str, run_id: str, tell: Event, file: tuple[str, _Signature] | None,
-                  again: bool = False) -> bool:
-    """Write a crash record (``again``: replace it whole, as a coalesced notice grows); False, logged, if it
-    cannot be.  A record torn as its harness died is one whose run had not begun: the next start drops it."""
-    path = _record_path(directory, run_id)
+                  how: str = "new") -> bool:
+    """Write a crash record: a ``new`` file, ``append``ed to the event file moved in its place, or ``again``
+    (replaced whole, as a coalesced notice grows).  False, logged, if it cannot be."""
+    path = _record_path(directory, run_id, tell.filename)
     told = {"filename": tell.filename, "type": tell.type, "channel_id": tell.channel_id, "text": tell.text,
             "due": tell.due and tell.due.isoformat()}
-    written = path + ".new" if again else path
+    data = _SEPARATOR + (json.dumps({"tell": told, "file": file}) + "\n").encode()
+    written = path + ".new" if how == "again" else path
+    flags = {"new": os.O_CREAT | os.O_EXCL, "append": os.O_APPEND | os.O_NOFOLLOW, "again": os.O_CREAT | os.O_TRUNC}
     try:
-        with open(written, "wb" if again else "xb", opener=_private) as record:
-            record.write((json.dumps({"tell": told, "file": file}) + "\n").encode())
-        if again:
+        fd = os.open(written, os.O_WRONLY | os.O_CLOEXEC | flags[how], 0o600)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, "a short write")
+        finally:
+            os.close(fd)
+        if how == "again":
             os.replace(written, path)
     except OSError as exc:
         log.error("%s: its crash record cannot be written: %s", tell.filename, exc.strerror or exc)
-        with contextlib.suppress(OSError):
-            os.unlink(written)
+        if how != "append":
+            with contextlib.suppress(OSError):
+                os.unlink(written)
         return False
     return True
 
 
-def _note_session(directory: str, run_id: str, session: int, start: int) -> None:
+def _note_session(directory: str, run_id: str, name: str, session: int, start: int) -> None:
     """Add a command's session (its id, and its leader's start time) to its run's record, so that a successor
     stops what is left of it even if it renamed itself and lost its tag."""
     no_create: Callable[[str, int], int] = lambda path, flags: os.open(path, flags & ~os.O_CREAT)
-    with contextlib.suppress(FileNotFoundError), open(_record_path(directory, run_id), "a", opener=no_create) as record:
+    with contextlib.suppress(FileNotFoundError), open(_record_path(directory, run_id, name), "a",
+                                                      opener=no_create) as record:
         record.write(f"{session} {start}\n")  # no record (a function given to submit()): no session to note
 
 
@@ -1368,16 +1391,18 @@ def _private(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NONBLOCK, 0o600)  # a FIFO put in its place never blocks a read
 
 
-def _unrecord(directory: str, run_id: str) -> None:
+def _unrecord(directory: str, run_id: str, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(_record_path(directory, run_id))
+        os.unlink(_record_path(directory, run_id, name))
 
 
 _Record = tuple[str, Event, "tuple[str, _Signature] | None", list[tuple[int, int]]]
 
 
 def _records(directory: str) -> list[_Record]:
-    """The crash records a dead harness left: (the run's id, what to tell, the file to delete, its sessions)."""
+    """The crash records a dead harness left: (the run's id, what to tell, the file to delete, its sessions).
+    One that is only an event file moved there (its harness died before it appended the record) is told as
+    that event's run; one torn as it was written had not begun, and is removed."""
     folder, found = os.path.join(directory, _RECORDS), list[_Record]()
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
@@ -1386,18 +1411,26 @@ def _records(directory: str) -> list[_Record]:
         if not name.startswith("run.") or name.endswith(".new"):  # a file being deleted, a record being replaced
             _left_aside(path)
             continue
+        _, run_id, filename = (name + ".").split(".", 2)
         try:
             with open(path, "rb", opener=_private) as record:
-                first, *lines = record.read().decode().split("\n")
-            kept = json.loads(first)
-            told, file, due = kept["tell"], kept["file"], kept["tell"].pop("due")
-            event = Event(**told, due=due and datetime.fromisoformat(due))
+                head, _, tail = record.read().partition(_SEPARATOR)
+            line, *lines = tail.decode().split("\n")
+            try:
+                kept = json.loads(line)
+                told, file, due = kept["tell"], kept["file"], kept["tell"].pop("due")
+                event = Event(**told, due=due and datetime.fromisoformat(due))
+            except (ValueError, TypeError, KeyError):
+                moved = _parse(head, filename.removesuffix("."))[0] if head else None
+                if moved is None:
+                    raise
+                event, file = Event(moved.filename, "run", moved.channel_id, moved.message), None
         except (OSError, ValueError, TypeError, KeyError):
             log.warning("%s: a crash record torn as it was written (its run had not begun): removed", name)
             os.unlink(path)
             continue
         sessions = [(int(a), int(b)) for a, b in (line.split() for line in lines if re.fullmatch(r"\d+ \d+", line))]
-        found.append((name[4:], event, file and (file[0], tuple(file[1])), sessions))
+        found.append((run_id, event, file and (file[0], tuple(file[1])), sessions))
     return found
 
 
@@ -1466,19 +1499,17 @@ class _Runner:
         """One occurrence.  It begins only while the lock is this harness's and its file is the one judged; an
         immediate's or one-shot's file goes as it begins (its record holds what to tell), a periodic's after
         its ``last`` run."""
-        run_id = uuid.uuid4().hex
+        run_id = _new_id()
         late = None if due is None else self.clock() - due
         event = replace(event, run_id=run_id, late=late if late is not None and late >= 1 else None)
         periodic = event.type == "periodic"
-        begun = self.ours() and _write_record(self.directory, run_id, replace(event, type="run", text=event.message),
-                                              None if periodic else (event.filename, sig))
         try:
-            begun = begun and (_unchanged if periodic else _take)(self.directory, event.filename, sig)
+            begun = self.ours() and self._begin(event, sig, run_id)
         except OSError as exc:
             log.error("%s: cannot be taken for its run: %s", event.filename, exc.strerror or exc)
             begun = False
         if not begun:
-            _unrecord(self.directory, run_id)
+            _unrecord(self.directory, run_id, event.filename)
             self.history.record("cancelled", event, due, "not run: its file changed or went, the directory is no "
                                                          "longer this harness's, or no record can be written")
             return
@@ -1489,14 +1520,37 @@ class _Runner:
                 _take(self.directory, event.filename, sig)
             except OSError as exc:
                 log.error("%s: cannot be deleted: %s; it will not run again", event.filename, exc.strerror or exc)
-        _unrecord(self.directory, run_id)
+        _unrecord(self.directory, run_id, event.filename)
         self.history.record(*outcome)
+
+    def _begin(self, event: Event, sig: _Signature, run_id: str) -> bool:
+        """Write the run's crash record, and take its file if it goes: False if it is no longer the one judged.
+        A periodic's file stays, beside a record of its own.  An immediate's or one-shot's goes now: a plain
+        file moves into the record's place and the record is appended to it (one write more than 0.2.0's run);
+        a link gets a record of its own and goes (its target may be anything by the time a successor looks)."""
+        told = replace(event, type="run", text=event.message)
+        if event.type == "periodic":
+            return _write_record(self.directory, run_id, told, None) and _unchanged(self.directory, event.filename,
+                                                                                   sig)
+        record = _record_path(self.directory, run_id, event.filename)
+        try:
+            st = os.lstat(os.path.join(self.directory, event.filename))
+            plain = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and record.endswith(event.filename)
+        except FileNotFoundError:
+            return False
+        if not plain:
+            return (_write_record(self.directory, run_id, told, (event.filename, sig))
+                    and _take(self.directory, event.filename, sig))
+        if not _take(self.directory, event.filename, sig, os.path.relpath(record, self.directory)):
+            return False
+        _write_record(self.directory, run_id, told, None, "append")  # unwritten: the file moved there is told
+        return True
 
     def tell(self, notice: Event, run_id: str) -> None:
         """A notice whose record is written: told at least once (again by the next start, if this one dies)."""
         due = None if notice.due is None else notice.due.timestamp()
         if (outcome := self._call_handler(replace(notice, run_id=run_id), due)) is not None:
-            _unrecord(self.directory, run_id)
+            _unrecord(self.directory, run_id, notice.filename)
             self.history.record(*outcome)
 
     def _call_handler(self, event: Event, due: float | None) -> tuple[str, Event, float | None, str | None] | None:
@@ -1546,18 +1600,19 @@ class _Gathered:
     kind: str
     channel: str
     head: str  # its first sentence, {count} and {was} to fill
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    first: str  # the first event's name: the notice's, and its record's
+    run_id: str = field(default_factory=lambda: _new_id())
     events: list[tuple[str, str, float | None]] = field(default_factory=list)  # name, text, due
     begun: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def notice(self) -> Event:
-        count, (first, _, due) = len(self.events), self.events[0]
+        count, due = len(self.events), self.events[0][2] if self.events else None
         listed = "".join(f"\n- {name}: {text[:500]}" for name, text, _ in self.events[:_LISTED])
         more = f"\nand {count - _LISTED} more." if count > _LISTED else ""
-        head = self.head.format(count=_plural(count, "event"), was="it was" if count == 1 else "they were")
-        return Event(first, self.kind, self.channel, f"{head} {'It was' if count == 1 else 'They were'}:{listed}{more}",
-                     due=_due_time(due, None))
+        was = "it was" if count == 1 else "they were"
+        text = f"{self.head.format(count=_plural(count, 'event'), was=was)} {was.capitalize()}:{listed}{more}"
+        return Event(self.first, self.kind, self.channel, text, due=_due_time(due, None))
 
     def begin(self) -> Event:
         with self.lock:
@@ -1688,7 +1743,7 @@ class _Files:
         told = (f"This run was skipped: {reason}, and it would run {_duration(down.start - due)} late, more than "
                 f"its catchUp of {_duration(reach)}. The file stays.{then} It was: "
                 f"{self._delivered(event, timing, due).message}")
-        notice, run_id = Event(name, "skipped", event.channel_id, told, due=_due_time(due, timing)), uuid.uuid4().hex
+        notice, run_id = Event(name, "skipped", event.channel_id, told, due=_due_time(due, timing)), _new_id()
         _write_record(self.directory, run_id, notice, None)  # unwritten (a full disk): told all the same, not again
         self._queue_notice(notice, run_id)
 
@@ -1738,9 +1793,10 @@ class _Files:
                 told = self._gather(kind, event, due, file)
             else:
                 said, run_id = Event(file.name, kind, event.channel_id, text, due=_due_time(due, file.timing)), \
-                    uuid.uuid4().hex
+                    _new_id()
                 _write_record(self.directory, run_id, said, (file.name, file.sig))  # unwritten: told, not again
-                told = lambda taken: self._queue_notice(said, run_id) if taken else _unrecord(self.directory, run_id)
+                told = lambda taken: (self._queue_notice(said, run_id) if taken
+                                      else _unrecord(self.directory, run_id, said.filename))
         try:
             taken = _take(self.directory, file.name, file.sig, rename_to)
         except OSError as exc:
@@ -1765,13 +1821,14 @@ class _Files:
             joined = gathered is not None and not gathered.begun
             if gathered is not None and joined:
                 gathered.events.append(item)
-                _write_record(self.directory, gathered.run_id, gathered.notice(), taking, again=True)
+                _write_record(self.directory, gathered.run_id, gathered.notice(), taking, "again")
         if gathered is None or not joined:
             heads = {"discarded": f"{{count}} did not run: the channel already had {self.channels.max_queued} events "
                                   "waiting, so {was} discarded.",
                      "stale": "{count} did not run: {was} written while no harness was running"
                               f"{_between(self.down, self.zone) if self.down else ''}, and deleted unrun."}
-            gathered = self._gathered[key] = _Gathered(kind, event.channel_id, heads[kind], events=[item])
+            gathered = _Gathered(kind, event.channel_id, heads[kind], event.filename, events=[item])
+            self._gathered[key] = gathered
             _write_record(self.directory, gathered.run_id, gathered.notice(), taking)
         fresh = not joined
 
@@ -1783,10 +1840,10 @@ class _Files:
                     if not gathered.begun and item in gathered.events:
                         gathered.events.remove(item)
                         if gathered.events:
-                            _write_record(self.directory, gathered.run_id, gathered.notice(), None, again=True)
+                            _write_record(self.directory, gathered.run_id, gathered.notice(), None, "again")
                         else:
                             gathered.begun = True  # never queued, or told empty: none will join it
-                            _unrecord(self.directory, gathered.run_id)
+                            _unrecord(self.directory, gathered.run_id, gathered.notice().filename)
         return then
 
     def _queue_notice(self, notice: Event, run_id: str, begin: Callable[[], Event] | None = None) -> None:
@@ -1816,7 +1873,7 @@ class _Files:
             if told.type == "run":
                 told = _interrupted(told, _stop_run(run_id))
             elif not self.notify:
-                _unrecord(self.directory, run_id)
+                _unrecord(self.directory, run_id, told.filename)
                 continue
             log.warning("%s: told again: %s", told.filename, told.message)
             self._queue_notice(told, run_id)
@@ -1892,6 +1949,7 @@ class EventsWatcher:
                              misfire_grace, notify)
         self._scanner = _Scanner(self.directory, self._is_history)
         self._lock_fd: int | None = None
+        self._lock_ino = -1
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
@@ -2002,7 +2060,7 @@ class EventsWatcher:
         except BlockingIOError:
             os.close(fd)
             return False
-        self._lock_fd = fd
+        self._lock_fd, self._lock_ino = fd, os.fstat(fd).st_ino
         return True
 
     def _unlock(self, wait: float | None = 0.0) -> list[str]:
@@ -2096,9 +2154,8 @@ class EventsWatcher:
 
     def _ours(self) -> bool:
         """Is the lock file at the directory's path still the one this watcher holds (a run begins only then)?"""
-        fd = self._lock_fd
         try:
-            return fd is not None and os.stat(os.path.join(self.directory, _LOCK)).st_ino == os.fstat(fd).st_ino
+            return self._lock_fd is not None and os.stat(os.path.join(self.directory, _LOCK)).st_ino == self._lock_ino
         except OSError:
             return not os.path.isdir(self.directory)  # gone: the scanner says so, and its files count as gone
 
