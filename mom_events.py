@@ -2167,7 +2167,10 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
         out.append(f"{name}: {said}")
     out += _agenda(agenda, upcoming, now, zone) if upcoming else []
     out.append(f"checked {path}: {len(files) - bad} will run, {bad} will not")
-    print("\n".join(map(_one_line, out)), flush=True)
+    try:
+        print("\n".join(map(_one_line, out)), flush=True)
+    except BrokenPipeError:  # | head: its reader has what it wanted; nothing to flush at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 1 if bad else 0
 
 

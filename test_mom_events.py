@@ -2861,6 +2861,18 @@ class CheckTest(CliCase):
         self.assertEqual((status, lines), (0, ["hook.json: ok: immediate on channel C1, runs on arrival",
                                                f"checked {self.events}: 1 will run, 0 will not"]))
 
+    def test_piped_into_head_it_ends_quietly(self):
+        for k in range(800):  # 200 KB of lines: more than a pipe holds
+            self.put(f"e{k:03}.json", cli_immediate("C" * 200))
+        check = subprocess.Popen([sys.executable, "-c", CLI_RUN, self.events, "--check"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=self.env())
+        head = subprocess.Popen(["head", "-1"], stdin=check.stdout, stdout=subprocess.PIPE, env=self.env())
+        check.stdout.close()  # head's alone: when it exits, the check's next write fails
+        out, _ = head.communicate(timeout=30)
+        _, err = check.communicate(timeout=30)
+        self.assertTrue(out.startswith(b"e000.json: ok: immediate"), out)
+        self.assertEqual((check.returncode, err), (0, b""))
+
     def test_it_works_beside_a_running_harness(self):
         self.put("tick.json", cli_periodic())
         cli = self.serve()
