@@ -1999,6 +1999,7 @@ class _Handler:
         self.lock = threading.RLock()  # to print, or start a command (stop_all sees all); a signal may re-enter it
         self.running: set[str] = set()
         self.stopping = False
+        self.unwritten = False  # stdout failed: said once until it works again
 
     def __call__(self, event: Event) -> None:
         fired = datetime.now().astimezone().isoformat(timespec="milliseconds")
@@ -2011,7 +2012,15 @@ class _Handler:
             tagged = replace(event, filename=event.filename.replace("]", r"\x5d"))
             line = f"{fired} {_one_line(event.channel_id)} {_one_line(tagged.message)}"
         with self.lock:
-            print(line, flush=True)
+            try:
+                print(line, flush=True)
+                if self.unwritten:
+                    log.warning("the output can be written again")
+                self.unwritten = False
+            except OSError as exc:  # a full disk: said once till it works again, and the command runs all the same
+                if not self.unwritten:
+                    log.error("the output cannot be written: %s", exc.strerror or exc)
+                self.unwritten = True
         if self.command is not None:
             self._run(self.command, event)
 

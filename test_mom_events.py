@@ -22,6 +22,7 @@ import pickle
 import queue
 import random
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -2611,6 +2612,36 @@ class ExecTest(CliCase):
                 self.assertLess(time.monotonic() - started, 3)
                 self.assertTrue(cli_wait(lambda: not cli_marked(self.mark), 3), "a command outlived the harness")
                 (self.events / "a.json").unlink(missing_ok=True)
+
+    def test_an_output_that_cannot_be_written_stops_no_run(self):
+        ran = self.dir / "ran"
+        ran.mkdir()
+
+        def full_disk() -> None:  # the 4th line fails; SIGXFSZ ignored, write() says EFBIG
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+        with open(self.dir / "out", "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, self.events, "--poll", "0.02", "--exec",
+                                     f'touch {ran}/"$MOM_EVENT_FILE"'], stdout=out, stderr=subprocess.PIPE, text=True,
+                                    env=self.env(PYTHONDONTWRITEBYTECODE="1"), preexec_fn=full_disk)
+        err: list[str] = []
+        reader = threading.Thread(target=CliServer.collect, args=(proc.stderr, err), daemon=True)
+        reader.start()
+
+        def close() -> None:
+            proc.kill()
+            proc.wait()
+            reader.join(5)
+            proc.stderr.close()
+        self.addCleanup(close)
+        self.assertTrue(cli_wait(lambda: any("watching" in line for line in err)), err)
+        names = [f"e{k}.json" for k in range(6)]
+        for k, name in enumerate(names):  # a channel each: none waits for another
+            self.put(name, cli_immediate(f"C{k}"))
+        self.assertTrue(cli_wait(lambda: sorted(path.name for path in ran.iterdir()) == names, 10), err)
+        self.assertEqual(sum("the output cannot be written: File too large" in line for line in err), 1, err)
+        self.assertEqual((self.dir / "out").read_text().count("[EVENT:e"), 3)
+        self.assertTrue(cli_wait(lambda: not list(self.events.glob("*.json"))), "an event was not done")
 
 
 class PromptTest(CliCase):
