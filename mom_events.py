@@ -2077,11 +2077,13 @@ class _Handler:
         try:
             if self.on_session:
                 self.on_session(run_id, *session)
-            proc.communicate((event.message + "\n").encode("utf-8", "backslashreplace"), timeout=self.timeout)
+            message = (event.message + "\n").encode("utf-8", "backslashreplace")
+            threading.Thread(target=self._feed, args=(proc.stdin, message), daemon=True).start()
+            proc.wait(self.timeout)
         except subprocess.TimeoutExpired:
             failure = f"timed out after {self.timeout:g} s"
         finally:
-            _stop_run(run_id, sessions=[session])
+            _stop_run(run_id, sessions=[session])  # which ends a helper holding stdin, and so the writer
             status = proc.wait()
             del self.running[run_id]
         if status and self.stopping:
@@ -2091,6 +2093,12 @@ class _Handler:
             failure = f"exit status {status}" if status > 0 else f"killed by {names.get(-status, f'signal {-status}')}"
         if failure:
             raise ChildProcessError(f"command failed: {failure}")
+
+    @staticmethod
+    def _feed(pipe: io.BufferedWriter, data: bytes) -> None:
+        """stdin, written on a thread of its own: a helper that keeps it open never holds the run's end."""
+        with contextlib.suppress(OSError), pipe:  # the command need not read it all (EPIPE)
+            pipe.write(data)
 
     def stop_all(self, kill: bool = False) -> None:
         """Start no run and stop all that run: the grace ran out, or (``kill``: SIGKILL at once) a second signal."""

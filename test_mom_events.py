@@ -2658,6 +2658,17 @@ class ExecTest(CliCase):
             proc.wait()
         self.assertIsNone(me._stat(proc.pid, dead=True))
 
+    def test_a_helper_that_keeps_stdin_never_holds_the_channel(self):
+        cli = self.serve("--exec", "exec 3<&0; setsid sleep 60 <&3 & exit 0")
+        text = "x" * 100_000  # more than a pipe holds: writing it blocks till the helper reads or goes
+        self.put("a.json", cli_immediate("C1", text))
+        self.assertTrue(cli_wait(lambda: cli.out))
+        self.put("b.json", cli_immediate("C1", text))
+        self.assertTrue(cli_wait(lambda: len(cli.out) == 2), "the channel waits for the helper")
+        self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) == 1), "a helper outlived its run")
+        cli.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+
     def test_an_output_that_cannot_be_written_stops_no_run(self):
         ran = self.dir / "ran"
         ran.mkdir()
