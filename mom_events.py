@@ -48,7 +48,7 @@ import threading
 import time
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta, tzinfo
@@ -1266,21 +1266,46 @@ _RETRIES = (0.1, 0.2, 0.4)  # a bad file may be mid-write: read again after thes
 _LISTED = 10  # a coalesced notice lists its first events, each text cut at 500 characters
 
 
-def _stop_run(*run_ids: str, wait: float = 1.0) -> int:
-    """Stop every process of these runs: SIGTERM, then SIGKILL to what is left ``wait`` seconds later.  A
-    run's processes are those whose environment carries its ``MOM_EVENT_RUN``, which a child keeps when it
-    leaves the command's process group (``setsid``).  Returns how many there were."""
+def _stat(pid: int | str, dead: bool = False) -> tuple[int, int] | None:
+    """A process's session id and start time (clock ticks since boot); None when it is gone, or (unless ``dead``) a
+    zombie, which no signal reaches.  Read after the last ")", as the name before it may hold any character."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rpartition(b")")[2].split()
+        return None if fields[0] in (b"Z", b"X") and not dead else (int(fields[3]), int(fields[19]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _tied(tags: set[bytes], sessions: dict[int, int], environ: bytes, seen: tuple[int, int] | None,
+          leaders: dict[int, int | None]) -> bool:
+    """Whether a process is a run's: its ``environ`` carries a run's tag, or it is in a run's session (``sessions``:
+    sid -> the leader's start; ``seen``: its sid and start) since the leader began, and pid sid is that leader still
+    or gone (``leaders``: its start now, or None); so a recycled pid or session id is never taken for the run's."""
+    if tags.intersection(environ.split(b"\0")):
+        return True
+    sid, start = seen or (0, 0)  # none: no run's session has the id 0
+    return sid in sessions and start >= sessions[sid] and leaders.get(sid) in (None, sessions[sid])
+
+
+def _stop_run(*run_ids: str, sessions: Iterable[tuple[int, int]] = (), wait: float = 1.0) -> int:
+    """Stop every process of these runs: SIGTERM, then SIGKILL to what is left ``wait`` seconds later.  A run's
+    processes carry its ``MOM_EVENT_RUN`` (a child that leaves the session with ``setsid`` too), or are in its
+    session (sid, the leader's start: one that renames itself or clears its environment).  Returns how many."""
     tags = {f"MOM_EVENT_RUN={run_id}".encode() for run_id in run_ids}
+    started = dict(sessions)
 
     def members() -> list[int]:
         pids = []
-        for pid in filter(str.isdigit, os.listdir("/proc") if tags else ()):
+        leaders = {sid: now[1] if (now := _stat(sid)) else None for sid in started}
+        for pid in filter(str.isdigit, os.listdir("/proc") if tags or started else ()):
             try:
                 with open(f"/proc/{pid}/environ", "rb") as environ:
-                    if tags.intersection(environ.read().split(b"\0")):
-                        pids.append(int(pid))
+                    env = environ.read()
             except OSError:  # gone, or another user's
-                continue
+                env = b""
+            if _tied(tags, started, env, _stat(pid) if started else None, leaders):
+                pids.append(int(pid))
         return pids
 
     def kill(pids: list[int], signo: int) -> None:
@@ -2375,13 +2400,16 @@ class _Handler:
     ``/bin/sh -c CMD`` in a session of its own, the event on stdin and in MOM_EVENT_* (never in its arguments), its
     output on stderr; a failure raises ChildProcessError, logged in one line with no traceback."""
 
-    def __init__(self, as_json: bool, command: str | None, timeout: float | None) -> None:
+    def __init__(self, as_json: bool, command: str | None, timeout: float | None,
+                 on_session: Callable[[str, int, int], None] | None = None) -> None:
         self.as_json = as_json
         self.command = command
         self.timeout = timeout
+        self.on_session = on_session  # told (run_id, sid, leader_start) as a command starts: a successor's to stop
         self.lock = threading.RLock()  # to print, or start a command (stop_all sees all); a signal may re-enter it
-        self.running: set[str] = set()
+        self.running: dict[str, tuple[int, int]] = {}  # run id -> its session: (sid, the leader's start)
         self.stopping = False
+        self.unwritten = False  # stdout failed: said once until it works again
 
     def __call__(self, event: Event) -> None:
         fired = datetime.now().astimezone().isoformat(timespec="milliseconds")
@@ -2394,7 +2422,15 @@ class _Handler:
             tagged = replace(event, filename=event.filename.replace("]", r"\x5d"))
             line = f"{fired} {_one_line(event.channel_id)} {_one_line(tagged.message)}"
         with self.lock:
-            print(line, flush=True)
+            try:
+                print(line, flush=True)
+                if self.unwritten:
+                    log.warning("the output can be written again")
+                self.unwritten = False
+            except OSError as exc:  # a full disk: said once till it works again, and the command runs all the same
+                if not self.unwritten:
+                    log.error("the output cannot be written: %s", exc.strerror or exc)
+                self.unwritten = True
         if self.command is not None:
             self._run(self.command, event)
 
@@ -2418,16 +2454,21 @@ class _Handler:
                                         env=env, start_new_session=True)
             except OSError as exc:
                 raise ChildProcessError(f"command failed: cannot start it: {exc.strerror or exc}") from None
-            self.running.add(run_id)
+            leader = _stat(proc.pid, dead=True)  # not reaped yet: there even if it has ended (no /proc: none)
+            self.running[run_id] = session = (proc.pid, leader[1] if leader else sys.maxsize)
         failure = None
         try:
-            proc.communicate((event.message + "\n").encode("utf-8", "backslashreplace"), timeout=self.timeout)
+            if self.on_session:
+                self.on_session(run_id, *session)
+            message = (event.message + "\n").encode("utf-8", "backslashreplace")
+            threading.Thread(target=self._feed, args=(proc.stdin, message), daemon=True).start()
+            proc.wait(self.timeout)
         except subprocess.TimeoutExpired:
             failure = f"timed out after {self.timeout:g} s"
         finally:
-            _stop_run(run_id)
+            _stop_run(run_id, sessions=[session])  # which ends a helper holding stdin, and so the writer
             status = proc.wait()
-            self.running.discard(run_id)
+            del self.running[run_id]
         if status and self.stopping:
             raise _CutShort("command stopped at shutdown")
         if status and not failure:
@@ -2436,12 +2477,18 @@ class _Handler:
         if failure:
             raise ChildProcessError(f"command failed: {failure}")
 
+    @staticmethod
+    def _feed(pipe: io.BufferedWriter, data: bytes) -> None:
+        """stdin, written on a thread of its own: a helper that keeps it open never holds the run's end."""
+        with contextlib.suppress(OSError), pipe:  # the command need not read it all (EPIPE)
+            pipe.write(data)
+
     def stop_all(self, kill: bool = False) -> None:
         """Start no run and stop all that run: the grace ran out, or (``kill``: SIGKILL at once) a second signal."""
         self.stopping = True
         with self.lock:  # a command being started is in self.running after this
-            run_ids = list(self.running)
-        _stop_run(*run_ids, wait=0 if kill else 1.0)
+            runs = dict(self.running)
+        _stop_run(*runs, sessions=runs.values(), wait=0 if kill else 1.0)
 
 
 _AGENDA_MOST = 10_000  # runs an agenda shows: a span of a file every second is 604,800 a week
@@ -2558,7 +2605,10 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
         out.append(f"{name}: {said}")
     out += _agenda(agenda, upcoming, now, zone) if upcoming else []
     out.append(f"checked {path}: {len(files) - bad} will run, {bad} will not")
-    print("\n".join(map(_one_line, out)), flush=True)
+    try:
+        print("\n".join(map(_one_line, out)), flush=True)
+    except BrokenPipeError:  # | head: its reader has what it wanted; nothing to flush at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 1 if bad else 0
 
 
@@ -2640,7 +2690,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     """Watch until SIGTERM/SIGINT: 0 if the runs end within the grace, else 1; a second signal leaves at once."""
     stop = threading.Event()
-    handler = _Handler(args.json, args.exec, args.exec_timeout)
+    handler = _Handler(args.json, args.exec, args.exec_timeout, on_session=None)  # a successor's record: to come
 
     def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():  # nothing of a run outlives the harness

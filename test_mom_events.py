@@ -23,6 +23,7 @@ import pickle
 import queue
 import random
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -3004,6 +3005,92 @@ class ExecTest(CliCase):
                 self.assertTrue(cli_wait(lambda: not cli_marked(self.mark), 3), "a command outlived the harness")
                 (self.events / "a.json").unlink(missing_ok=True)
 
+    def test_a_command_that_renames_itself_or_clears_its_environment_is_stopped_all_the_same(self):
+        pids = self.dir / "pids"
+        renamed = """perl -e '$0 = "renamed"; sleep 60'"""  # its environment overwritten by its new name
+        cli = self.serve("--exec-timeout", "3", "--exec", f"{renamed} & echo $! >> {pids}; env -i sleep 60 & "
+                                                          f"echo $! >> {pids}; wait")
+        self.put("a.json", cli_immediate())
+        self.assertTrue(cli_wait(lambda: pids.exists() and len(pids.read_text().split()) == 2))
+        seen = {pid: me._stat(pid) for pid in map(int, pids.read_text().split())}
+        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if me._stat(pid) == was])
+
+        def untagged(pid: int) -> bool:  # its environment no longer says whose run it is
+            with contextlib.suppress(OSError):
+                return b"MOM_EVENT_RUN=" not in Path(f"/proc/{pid}/environ").read_bytes()
+            return False
+        self.assertTrue(cli_wait(lambda: all(map(untagged, seen))), "perl did not rename itself")
+        self.assertFalse(any("timed out" in line for line in cli.err), "too late: the test proves nothing")
+        cli.wait_err("a.json: command failed: timed out after 3 s", 10)
+        self.assertTrue(cli_wait(lambda: all(me._stat(pid) != was for pid, was in seen.items())), "escaped the stop")
+
+    def test_the_tie_rule_takes_a_process_by_its_tag_or_its_session_never_by_a_recycled_id(self):
+        def tied(env: bytes = b"", seen: tuple[int, int] | None = None, leader: int | None = 1000) -> bool:
+            return me._tied({b"MOM_EVENT_RUN=r1"}, {500: 1000}, env, seen, {500: leader})  # sid 500, from tick 1000
+        self.assertTrue(tied(b"A=1\0MOM_EVENT_RUN=r1\0"))  # its tag, in any session (setsid)
+        self.assertFalse(tied(b"MOM_EVENT_RUN=r10\0", (600, 1500)))  # another run's tag, another session
+        self.assertTrue(tied(seen=(500, 1000)))  # the leader, renamed
+        self.assertTrue(tied(seen=(500, 1500)))  # its child, renamed or with no environment
+        self.assertTrue(tied(seen=(500, 1500), leader=None))  # the leader has ended: its pid is not taken anew yet
+        self.assertFalse(tied(seen=(500, 999)))  # in a session of that id from before the leader: a recycled sid
+        self.assertFalse(tied(seen=(500, 1500), leader=1400))  # pid 500 is another process now: recycled
+        self.assertFalse(tied(seen=(501, 1500)))  # another session
+        self.assertFalse(tied(seen=None))  # gone, or a zombie
+        proc = subprocess.Popen(["sh", "-c", "printf 'x) Z 7 (y' > /proc/$$/comm; sleep 30; :"], start_new_session=True)
+        try:  # a name with a ")" and spaces; a zombie is dead unless asked for
+            self.assertTrue(cli_wait(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "x) Z 7 (y\n"))
+            sid, start = me._stat(proc.pid) or (0, 0)
+            self.assertEqual(sid, proc.pid)
+            self.assertLessEqual((me._stat(os.getpid()) or (0, math.inf))[1], start)
+            proc.kill()
+            self.assertTrue(cli_wait(lambda: me._stat(proc.pid) is None))
+            self.assertEqual(me._stat(proc.pid, dead=True), (sid, start))
+        finally:
+            proc.kill()
+            proc.wait()
+        self.assertIsNone(me._stat(proc.pid, dead=True))
+
+    def test_a_helper_that_keeps_stdin_never_holds_the_channel(self):
+        cli = self.serve("--exec", "exec 3<&0; setsid sleep 60 <&3 & exit 0")
+        text = "x" * 100_000  # more than a pipe holds: writing it blocks till the helper reads or goes
+        self.put("a.json", cli_immediate("C1", text))
+        self.assertTrue(cli_wait(lambda: cli.out))
+        self.put("b.json", cli_immediate("C1", text))
+        self.assertTrue(cli_wait(lambda: len(cli.out) == 2), "the channel waits for the helper")
+        self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) == 1), "a helper outlived its run")
+        cli.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(cli.finish(), 0)
+
+    def test_an_output_that_cannot_be_written_stops_no_run(self):
+        ran = self.dir / "ran"
+        ran.mkdir()
+
+        def full_disk() -> None:  # the 4th line fails; SIGXFSZ ignored, write() says EFBIG
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+        with open(self.dir / "out", "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, self.events, "--poll", "0.02", "--exec",
+                                     f'touch {ran}/"$MOM_EVENT_FILE"'], stdout=out, stderr=subprocess.PIPE, text=True,
+                                    env=self.env(PYTHONDONTWRITEBYTECODE="1"), preexec_fn=full_disk)
+        err: list[str] = []
+        reader = threading.Thread(target=CliServer.collect, args=(proc.stderr, err), daemon=True)
+        reader.start()
+
+        def close() -> None:
+            proc.kill()
+            proc.wait()
+            reader.join(5)
+            proc.stderr.close()
+        self.addCleanup(close)
+        self.assertTrue(cli_wait(lambda: any("watching" in line for line in err)), err)
+        names = [f"e{k}.json" for k in range(6)]
+        for k, name in enumerate(names):  # a channel each: none waits for another
+            self.put(name, cli_immediate(f"C{k}"))
+        self.assertTrue(cli_wait(lambda: sorted(path.name for path in ran.iterdir()) == names, 10), err)
+        self.assertEqual(sum("the output cannot be written: File too large" in line for line in err), 1, err)
+        self.assertEqual((self.dir / "out").read_text().count("[EVENT:e"), 3)
+        self.assertTrue(cli_wait(lambda: not list(self.events.glob("*.json"))), "an event was not done")
+
 
 class PromptTest(CliCase):
     def manual(self, *args: object) -> str:
@@ -3318,6 +3405,18 @@ class CheckTest(CliCase):
         status, lines = self.check("--history", self.events / ".." / self.events.name / "history.json")
         self.assertEqual((status, lines), (0, ["hook.json: ok: immediate on channel C1, runs on arrival",
                                                f"checked {self.events}: 1 will run, 0 will not"]))
+
+    def test_piped_into_head_it_ends_quietly(self):
+        for k in range(800):  # 200 KB of lines: more than a pipe holds
+            self.put(f"e{k:03}.json", cli_immediate("C" * 200))
+        check = subprocess.Popen([sys.executable, "-c", CLI_RUN, self.events, "--check"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=self.env())
+        head = subprocess.Popen(["head", "-1"], stdin=check.stdout, stdout=subprocess.PIPE, env=self.env())
+        check.stdout.close()  # head's alone: when it exits, the check's next write fails
+        out, _ = head.communicate(timeout=30)
+        _, err = check.communicate(timeout=30)
+        self.assertTrue(out.startswith(b"e000.json: ok: immediate"), out)
+        self.assertEqual((check.returncode, err), (0, b""))
 
     def test_it_works_beside_a_running_harness(self):
         self.put("tick.json", cli_periodic())
