@@ -1891,12 +1891,12 @@ class _Files:
         """What a dead harness left: each run's processes stopped and its record told ``interrupted``, the
         files it was deleting deleted, and every notice it had not told, told."""
         _upgrade(self.directory)
-        for run_id, told, file, _sessions in _records(self.directory):
+        for run_id, told, file, sessions in _records(self.directory):
             if file is not None:
                 with contextlib.suppress(OSError):
                     _take(self.directory, *file)
             if told.type == "run":
-                told = _interrupted(told, _stop_run(run_id))
+                told = _interrupted(told, _stop_run(run_id, sessions=sessions))
             elif not self.notify:
                 _unrecord(self.directory, run_id, told.filename)
                 continue
@@ -2400,12 +2400,11 @@ class _Handler:
     ``/bin/sh -c CMD`` in a session of its own, the event on stdin and in MOM_EVENT_* (never in its arguments), its
     output on stderr; a failure raises ChildProcessError, logged in one line with no traceback."""
 
-    def __init__(self, as_json: bool, command: str | None, timeout: float | None,
-                 on_session: Callable[[str, int, int], None] | None = None) -> None:
+    def __init__(self, as_json: bool, command: str | None, timeout: float | None, directory: str | None = None) -> None:
         self.as_json = as_json
         self.command = command
         self.timeout = timeout
-        self.on_session = on_session  # told (run_id, sid, leader_start) as a command starts: a successor's to stop
+        self.directory = directory  # the watched one: each command's session goes into its run's crash record
         self.lock = threading.RLock()  # to print, or start a command (stop_all sees all); a signal may re-enter it
         self.running: dict[str, tuple[int, int]] = {}  # run id -> its session: (sid, the leader's start)
         self.stopping = False
@@ -2458,8 +2457,8 @@ class _Handler:
             self.running[run_id] = session = (proc.pid, leader[1] if leader else sys.maxsize)
         failure = None
         try:
-            if self.on_session:
-                self.on_session(run_id, *session)
+            if self.directory is not None and event.run_id:  # a successor stops it by its session too
+                _note_session(self.directory, event.run_id, event.filename, *session)
             message = (event.message + "\n").encode("utf-8", "backslashreplace")
             threading.Thread(target=self._feed, args=(proc.stdin, message), daemon=True).start()
             proc.wait(self.timeout)
@@ -2690,7 +2689,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     """Watch until SIGTERM/SIGINT: 0 if the runs end within the grace, else 1; a second signal leaves at once."""
     stop = threading.Event()
-    handler = _Handler(args.json, args.exec, args.exec_timeout, on_session=None)  # a successor's record: to come
+    handler = _Handler(args.json, args.exec, args.exec_timeout, args.dir)
 
     def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():  # nothing of a run outlives the harness

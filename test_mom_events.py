@@ -2441,6 +2441,23 @@ class CrashTest(unittest.TestCase):
         self.assertEqual(second.proc.wait(10), 0)
         self.assertEqual(second.lines.qsize(), 0)
 
+    def test_a_successor_stops_a_command_that_renamed_itself_or_cleared_its_environment(self) -> None:
+        pids = self.dir.parent / "pids"
+        renamed = """perl -e '$0 = "renamed"; sleep 300'"""  # its environment overwritten by its new name
+        first = self.harness("--exec", f"{renamed} & echo $! >> {pids}; env -i sleep 300 & echo $! >> {pids}; wait")
+        first.logged("watching")
+        put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
+        first.line()
+        wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
+        seen = {pid: me._stat(pid) for pid in map(int, pids.read_text().split())}
+        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if me._stat(pid) == was])
+        wait_until(lambda: all(b"MOM_EVENT_RUN=" not in Path(f"/proc/{pid}/environ").read_bytes() for pid in seen))
+        first.proc.kill()
+        first.proc.wait()
+        second = self.harness()
+        self.assertIn("[EVENT:hook.json:interrupted]", second.line())
+        self.assertEqual([pid for pid, was in seen.items() if me._stat(pid) == was], [])  # stopped before it told
+
     def test_a_run_cut_short_by_the_shutdown_is_told_at_the_next_start(self) -> None:
         first = self.harness("--exec", "sleep 300", "--grace", "0.3")
         first.logged("watching")
