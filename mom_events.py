@@ -1338,8 +1338,8 @@ def _take(directory: str, name: str, sig: _Signature, rename_to: str | None = No
     """Delete the file ``name`` (or rename it to ``rename_to``) if it is still the one that was judged: it is
     moved first and checked there, so that a newer file an ``mv`` put under its name is never lost."""
     path = os.path.join(directory, name)
-    aside = os.path.join(directory, rename_to or f".mom_events.take.{_new_id()}")  # a rename within the
-    try:  # directory: one across directories takes a lock that a burst of runs queues on
+    aside = os.path.join(directory, rename_to or f".mom_events.take.{_new_id()}")  # a dot-name: never an event
+    try:
         os.rename(path, aside)
     except FileNotFoundError:
         return False
@@ -1926,7 +1926,7 @@ def _loose(name: str, data: bytes) -> Event:
 # --- The watcher: the scanner, the schedule, the channels and the files, joined ---
 
 _LOCK = ".mom_events.lock"  # flock'ed by the harness that holds the directory; its mtime: the last sign of life
-_JOURNAL = ".mom_events.journal"  # the run journal of version 0.1, replaced by the markers: removed at start
+_JOURNAL = ".mom_events.journal"  # the run journal of version 0.1, replaced by crash records: removed at start
 _STANDBY_TRY = 0.2  # how often a standby tries the lock
 
 
@@ -2354,7 +2354,9 @@ def events_prompt(events_dir: str | os.PathLike[str], timezone: str | None = Non
     at = datetime(tomorrow.year, tomorrow.month, tomorrow.day, 9, tzinfo=zone).isoformat()
     wall_at, until = f"{tomorrow.isoformat()}T09:00:00", f"{tomorrow.year + 1}-12-31T23:59:59"
     # the commands by absolute paths, to work from any directory (an embedded interpreter: the installed script)
-    cli = f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))}" if sys.executable else "mom-events"
+    installed = os.path.basename(__file__) == "__init__.py"  # the package: run as a module, not its __init__.py
+    script = "-m mom_events" if installed else shlex.quote(os.path.abspath(__file__))
+    cli = f"{shlex.quote(sys.executable)} {script}" if sys.executable else "mom-events"
 
     def example(kind: str, text: str, **fields: object) -> str:
         return json.dumps({"type": kind, "channelId": "CHANNEL_ID" if channel_id is None else channel_id,
