@@ -57,7 +57,7 @@ from typing import Any, NamedTuple, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = ["Event", "EventError", "EventsWatcher", "events_prompt", "next_fire", "parse_event"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 log = logging.getLogger("mom_events")
 
@@ -1431,29 +1431,32 @@ def _records(directory: str) -> list[_Record]:
     folder, found = os.path.join(directory, _RECORDS), list[_Record]()
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
-        if name == "held":
+        if name == "held" or name.startswith("unread."):
             continue
         if not name.startswith("run.") or name.endswith(".new"):  # a file being deleted, a record being replaced
             _left_aside(path)
             continue
         _, run_id, filename = (name + ".").split(".", 2)
+        with open(path, "rb", opener=_private) as record:
+            head, _, tail = record.read().partition(_SEPARATOR)
+        line, *lines = tail.decode("utf-8", "replace").split("\n")
         try:
-            with open(path, "rb", opener=_private) as record:
-                head, _, tail = record.read().partition(_SEPARATOR)
-            line, *lines = tail.decode().split("\n")
-            try:
-                kept = json.loads(line)
-                told, file, due = kept["tell"], kept["file"], kept["tell"].pop("due")
-                event = Event(**told, due=due and datetime.fromisoformat(due))
-            except (ValueError, TypeError, KeyError):
-                moved = _parse(head, filename.removesuffix("."))[0] if head else None
-                if moved is None:
-                    raise
-                event, file = Event(moved.filename, "run", moved.channel_id, moved.message), None
-        except (OSError, ValueError, TypeError, KeyError):
-            log.warning("%s: a crash record torn as it was written (its run had not begun): removed", name)
-            os.unlink(path)
-            continue
+            kept = json.loads(line)
+            told, file, due = kept["tell"], kept["file"], kept["tell"]["due"]
+            event = Event(told["filename"], told["type"], told["channel_id"], told["text"],
+                          due=due and datetime.fromisoformat(due))
+        except (ValueError, KeyError, TypeError):
+            if not head:  # killed as it created the record, before the run began
+                log.warning("%s: a crash record left empty by a harness that died writing it: removed", name)
+                os.unlink(path)
+                continue
+            try:  # the file moved there, its record not yet appended: the run was about to begin
+                moved = _parse(head, filename.removesuffix("."))[0]
+            except EventError as exc:
+                log.error("%s: a crash record that cannot be read (%s): left for you to look at", name, exc.reason)
+                os.rename(path, os.path.join(folder, "unread." + name))
+                continue
+            event, file = Event(moved.filename, "run", moved.channel_id, moved.message), None
         sessions = [(int(a), int(b)) for a, b in (line.split() for line in lines if re.fullmatch(r"\d+ \d+", line))]
         found.append((run_id, event, file and (file[0], tuple(file[1])), sessions))
     return found
@@ -1827,15 +1830,14 @@ class _Files:
         except OSError as exc:
             log.error("%s: %s; it cannot be removed (%s): it will not run", file.name, reason, exc.strerror or exc)
             taken = False
-        if told is not None:
-            told(taken)
-        if not taken:  # written anew meanwhile (judged anew), or stuck
-            return
-        if rename_to:
+        if taken and rename_to:
             log.error("%s: %s; renamed to %s", file.name, reason, rename_to)
-        else:
+        elif taken:
             log.warning("%s: %s (%s)", file.name, reason, outcome)
-        self.history.record(outcome, event, due, reason)
+        if taken:
+            self.history.record(outcome, event, due, reason)
+        if told is not None:  # written anew meanwhile (judged anew), or stuck: not told
+            told(taken)
 
     def _gather(self, kind: str, event: Event, due: float | None, file: _File | None) -> Callable[[bool], None]:
         """Add an event to the notice of ``kind`` waiting on its channel, or start one; its record is written
@@ -1892,9 +1894,11 @@ class _Files:
         files it was deleting deleted, and every notice it had not told, told."""
         _upgrade(self.directory)
         for run_id, told, file, sessions in _records(self.directory):
-            if file is not None:
-                with contextlib.suppress(OSError):
+            try:
+                if file is not None:
                     _take(self.directory, *file)
+            except OSError as exc:
+                log.error("%s: cannot be deleted: %s; it may run again", file[0] if file else "", exc.strerror or exc)
             if told.type == "run":
                 told = _interrupted(told, _stop_run(run_id, sessions=sessions))
             elif not self.notify:
@@ -2079,13 +2083,16 @@ class EventsWatcher:
         await sys.modules["asyncio"].to_thread(self.stop)
 
     def _lock(self) -> bool:
+        """Take the directory's lock, or return False; the lock held before (a directory made anew) goes."""
         fd = os.open(os.path.join(self.directory, _LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return False
-        self._lock_fd, self._lock_ino = fd, os.fstat(fd).st_ino
+        held, (self._lock_fd, self._lock_ino) = self._lock_fd, (fd, os.fstat(fd).st_ino)
+        if held is not None:  # never None meanwhile: the workers read it
+            os.close(held)
         return True
 
     def _unlock(self, wait: float | None = 0.0) -> list[str]:
@@ -2189,13 +2196,10 @@ class EventsWatcher:
         watcher stops."""
         if self._ours():
             return True
-        held, self._lock_fd = self._lock_fd, None
         if self._lock():
             log.warning("%s was made anew: its lock is taken again", self.directory)
-            os.close(held)  # type: ignore[arg-type]
             os.makedirs(os.path.join(self.directory, _RECORDS), mode=0o700, exist_ok=True)
             return True
-        self._lock_fd = held
         log.error("%s, made anew: this watcher stops", self._holder())
         self._stopping.set()
         return False

@@ -2018,6 +2018,22 @@ class DowntimeTest(unittest.TestCase):
                                  ["queued", "started", "done"])
                 self.assertEqual(list((first.dir / ".mom_events").glob("run.*")), [])
 
+    def test_a_crash_record_is_told_whatever_else_it_carries_and_one_that_cannot_be_read_is_kept(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events").mkdir()
+        told = {"filename": "a.json", "type": "run", "channel_id": "C1", "text": "[EVENT:a.json:immediate] hi",
+                "due": None, "added_later": 1}
+        (d / ".mom_events" / "run.x1.a.json").write_bytes(b"\n\0" + json.dumps({"tell": told, "file": None,
+                                                                                   "version": 2}).encode() + b"\n")
+        (d / ".mom_events" / "run.x2.b.json").write_bytes(b"not an event, not a record")
+        (d / ".mom_events" / "run.x3.c.json").write_bytes(b"")  # killed as it created it
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            sim = Sim(self, directory=d).start()
+        self.assertEqual(sim.run(), ["[EVENT:a.json:interrupted] This run was cut short (the harness stopped or died "
+                                     "while it ran), so its outcome is unknown. It was: [EVENT:a.json:immediate] hi"])
+        self.assertEqual(sorted(p.name for p in (d / ".mom_events").iterdir()), ["unread.run.x2.b.json"])
+        self.assertTrue(any("run.x2.b.json: a crash record that cannot be read" in line for line in logs.output))
+
     def test_the_markers_of_0_2_0_are_told_once_and_then_only_records_are_written(self) -> None:
         sim = Sim(self)
         (sim.dir / ".mom_events.run.aa11.d.json").write_text(json.dumps(one_shot(T0 - 60, "dentist")))
