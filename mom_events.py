@@ -214,7 +214,12 @@ def _field(obj: dict[str, object], key: str, required: bool = False) -> str:
     if key not in obj and required:
         raise ValueError(f'missing field "{key}"')
     value = obj.get(key, "")
-    if key == "schedule" and isinstance(value, list) and len(value) <= 20 and all(isinstance(c, str) for c in value):
+    crons = value if isinstance(value, list) and all(isinstance(c, str) for c in value) else [value]
+    if key == "schedule" and any(isinstance(c, str) and "|" in c for c in crons):  # or one would pass the limit
+        raise ValueError('"schedule" is one cron expression: list several as ["0 9 * * 1-5", "0 10 * * 0,6"]')
+    if key == "schedule" and isinstance(value, list) and crons is value:
+        if len(value) > 20:
+            raise ValueError(f'"schedule" lists {len(value)} expressions (at most 20)')
         value = " | ".join(value)  # as the cron part reads a list
     if not isinstance(value, str):
         raise ValueError(f'"{key}" must be {_ALLOWED.get(key, "a string")}, not {_JSON_KIND.get(type(value), "null")}')

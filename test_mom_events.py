@@ -230,7 +230,10 @@ class ParseEventTest(ParseErrorMixin):
         twenty = [f"{minute} 9 * * *" for minute in range(20)]
         self.assertEqual(parse_event(file_of("periodic", schedule=twenty), "l.json").schedule, " | ".join(twenty))
         self.assertEqual(self.reason(file_of("periodic", schedule=[*twenty, "0 10 * * *"])),
-                         '"schedule" must be a string or a list of at most 20 strings, not a list')
+                         '"schedule" lists 21 expressions (at most 20)')
+        for joined in (" | ".join(twenty * 2), [*twenty[:19], "0 10 * * * | 0 11 * * *"]):  # not past the limit
+            self.assertEqual(self.reason(file_of("periodic", schedule=joined)), '"schedule" is one cron expression: '
+                             'list several as ["0 9 * * 1-5", "0 10 * * 0,6"]')
         self.assertEqual(parse_event(file_of(channelId="C" * 255), "x.json").channel_id, "C" * 255)
         longest = "0 9 * * *" + " " * 991
         self.assertEqual(parse_event(file_of("periodic", schedule=longest), "x.json").schedule, longest)
