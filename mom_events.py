@@ -597,10 +597,10 @@ class _Cron:
     def next_after(self, t: float) -> float | None:
         return None if t >= _LAST_RUN else _next_run(self, math.floor(max(t, _FIRST_RUN)))  # runs fall on whole seconds
 
-    def notes(self, now: float) -> list[str]:
-        """What the zone's next clock changes do to the runs, said aloud once each (logged, and in --check)."""
+    def notes(self, now: float, until: float = math.inf) -> list[str]:
+        """What the zone's next clock changes (up to ``until``) do to the runs, said aloud once each (--check)."""
         said: list[str] = []  # of the next spring-forward and fall-back (or one, in a zone that changes once):
-        for change in [change for change in _transitions(self.zone, math.floor(now / 86400)) if change > now][:2]:
+        for change in [c for c in _transitions(self.zone, math.floor(now / 86400)) if now < c <= until][:2]:
             before = datetime.fromtimestamp(change - 1, self.zone).replace(tzinfo=None) + timedelta(seconds=1)
             after = datetime.fromtimestamp(change, self.zone).replace(tzinfo=None)
             low, high = sorted((before, after))  # the walls skipped, or repeated
@@ -687,7 +687,7 @@ class _OnCron(_Timing):
         return self.cron.next_after(t)
 
     def notes(self, now: float) -> list[str]:
-        return self.cron.notes(now)
+        return self.cron.notes(max(now, self.start), self.until)
 
 
 class _Every(_Timing):
@@ -726,9 +726,20 @@ class _Every(_Timing):
             self.wall + timedelta(days=days), self.zone)[0]
 
     def notes(self, now: float) -> list[str]:
-        """With a timezone, hours in an interval keep it elapsed time; without one, whole days drift an hour at the
-        user's next clock change: both said aloud."""
+        """With a timezone, whole days keep the wall time (and a run on a night the clocks skip or repeat it says
+        what it does, as cron's do) while hours keep it elapsed time; without one, whole days drift an hour at
+        the user's next clock change: all said aloud."""
         zone, due = self.zone, self.next_after(now)
+        if self.wall is not None and self.days and isinstance(zone, ZoneInfo):
+            said, days = [], self.step // 86400
+            for instant in [c for c in _transitions(zone, math.floor(now / 86400)) if c > now][:2]:
+                day = datetime.fromtimestamp(instant, zone).date()
+                run, note = _wall(datetime.combine(day, self.wall.time()), zone)
+                apart = (day - self.wall.date()).days
+                if note and apart >= self.first * days and not apart % days and now < run and self.start <= run \
+                        <= self.until:
+                    said.append(note.replace(": runs at", ": that day it runs at"))
+            return said
         if self.wall is not None or not self.days or due is None or not isinstance(zone, ZoneInfo):
             return [] if self.days or self.wall is None else ["`every` counts elapsed time: only whole days and "
                                                                "weeks keep the wall time"]
@@ -827,7 +838,7 @@ def _late_run(event: Event, timing: _Timing, now: float, down: _Downtime | None,
             return None
         if down is None or down.alive is not None and at <= down.alive:  # seen late by a running harness, or
             return at  # still waiting when the last one died
-        takeover = down.alive is not None and at - down.alive <= max(_TAKEOVER, grace)
+        takeover = down.alive is not None and at - down.alive <= _TAKEOVER
         return at if takeover or now - at <= grace else None
     if down is None:  # written a moment before an occurrence, seen a moment after it
         return _latest(timing, max(since, now - _TAKEOVER), now)
@@ -837,7 +848,7 @@ def _late_run(event: Event, timing: _Timing, now: float, down: _Downtime | None,
     if due is None:
         return None
     reach = max(grace, _catch_up(event) or 0.0)
-    return due if due - down.alive <= max(_TAKEOVER, grace) or now - due <= reach else None
+    return due if due - down.alive <= _TAKEOVER or now - due <= reach else None
 
 
 def _latest(timing: _Timing, low: float, high: float) -> float | None:
@@ -2317,8 +2328,8 @@ JSON
 ```
 [EVENT:dentist.json:one-shot:{wall_at}] (due {at}) Dentist at 10:00: remind Mario
 ```
-or `[EVENT:name.json:periodic:every 2w] (due ...) text`. `due` is the run's time in the event's `timezone`
-(else {tz}); `, late by 3 minutes` follows when it starts late.
+or `[EVENT:name.json:periodic:every 2w] (due ...) text`. `due` is the run's time with its offset: in the event's
+`timezone`, else the offset its `at` was written with (an `every`: {tz}); `, late by 3 minutes` follows when late.
 Write `text` as an instruction to your future self. Each channel runs one event at a time; 5 more may wait.
 What does not run comes as a notice on its channel, `[EVENT:NAME.json:TYPE] why. It was: <the original>`:
 - `rejected`: invalid (bad JSON, a misspelt field such as `catchup`, a bad schedule, a time already past), now

@@ -1184,6 +1184,8 @@ class TimingTest(unittest.TestCase):
         self.assertEqual(self.judge(one_shot, a - 600, a + 60, (a - 100, a + 60), misfire_grace=60)[:2], ("run", a))
         self.assertEqual(self.judge(one_shot, a - 600, a + 61, (a - 100, a + 61), misfire_grace=60)[:2], ("missed", a))
         self.assertEqual(self.judge(one_shot, a - 600, a + 0.5, (a - 100, a + 0.5))[:2], ("missed", a))  # grace 0
+        self.assertEqual(self.judge(one_shot, a - 600, a + 43200, (a - 30, a + 43200), misfire_grace=60)[:2],
+                         ("missed", a))  # the grace is how late it may run, not a wider takeover
 
     def test_a_periodic_runs_late_only_within_the_takeover_or_its_catch_up(self) -> None:
         hourly = {"type": "periodic", "every": "1h", "start": "2030-01-01T09:00:00Z"}
@@ -1193,6 +1195,8 @@ class TimingTest(unittest.TestCase):
         self.assertEqual(self.judge(hourly, a - 10, a + 7000, (a + 3594.5, a + 7000))[:2], ("schedule", a + 2 * hour))
         self.assertEqual(self.judge(hourly, a - 10, a + hour + 0.5, (a + 100, a + hour + 0.5))[:2],
                          ("schedule", a + 2 * hour))  # no catch-up: half a second late is not run
+        self.assertEqual(self.judge(hourly, a - 10, a + 7000, (a + 3000, a + 7000), misfire_grace=600)[:2],
+                         ("schedule", a + 2 * hour))  # due 600 s after the last sign of life, run 3400 s late: no
         catch_up = {**hourly, "catchUp": "1s"}
         self.assertEqual(self.judge(catch_up, a - 10, a + hour + 0.5, (a + 100, a + hour + 0.5))[:2], ("run", a + hour))
 
@@ -1233,6 +1237,24 @@ class CalendarIntervalTest(unittest.TestCase):
                 self.assertEqual(len({when.utcoffset() for when in shown}), 2)  # across the clock changes
                 for t in [*expected[:-1], *(rng.uniform(expected[0] - 86400, expected[-1] - 1) for _ in range(300))]:
                     self.assertEqual(timing.next_after(t), min(run for run in expected if run > t))  # type: ignore
+
+    def test_the_notes_say_what_a_skipped_or_repeated_night_does_within_start_and_until_as_for_cron(self) -> None:
+        now = datetime(2026, 11, 29, tzinfo=UTC).timestamp()
+        gap = "02:30 does not exist on 2027-10-03 in Australia/Sydney (clocks go from 02:00 to 03:00): that day it " \
+              "runs at 03:00 AEDT"
+        twice = "02:30 happens twice on 2027-04-04 in Australia/Sydney: that day it runs at the first (AEDT)"
+        sydney = {"timezone": "Australia/Sydney"}
+        for fields, notes in (({"every": "1d", "start": "2026-12-05T02:30:00"}, [twice, gap]),
+                              ({"every": "1w", "start": "2026-12-05T02:30:00"}, []),  # Saturdays: neither Sunday
+                              ({"every": "1w", "start": "2026-12-06T02:30:00"}, [twice, gap]),
+                              ({"every": "1d", "start": "2026-12-05T02:30:00", "until": "2027-05-01T00:00:00"},
+                               [twice]),
+                              ({"every": "1d", "start": "2026-12-05T09:30:00"}, []),
+                              ({"schedule": "30 2 * * *", "start": "2028-01-01T00:00:00"},
+                               [twice.replace("2027-04-04", "2028-04-02"), gap.replace("2027-10-03", "2028-10-01")]),
+                              ({"schedule": "30 2 * * *", "until": "2027-01-01T00:00:00"}, [])):
+            with self.subTest(**fields):
+                self.assertEqual(self.timing(**fields, **sydney).notes(now), notes)  # type: ignore[attr-defined]
 
     def test_a_wall_time_the_clocks_skip_or_repeat_runs_as_cron_runs_it_and_never_shifts_the_next(self) -> None:
         for name, start, every in (("America/New_York", "2027-03-14T02:30:00", "1w"),
