@@ -819,12 +819,14 @@ def _judge(event: Event, written: float, now: float, timing: _Timing | None,
     late = _late_run(event, timing, now, down, misfire_grace, written)
     if late is not None:
         return _Verdict("run", late, following)
-    if following is not None:
-        skipped = None if down is None or down.alive is None else _latest(timing, max(alive, written), now)
-        return _Verdict("schedule", following, skipped=skipped)
     if isinstance(timing, _Once):
+        if following is not None:
+            return _Verdict("schedule", following)
         return _Verdict("missed", first, reason=_missed_reason(timing, first, down or _Downtime(None, None, now)))
-    return _Verdict("ended", reason="it has no run left")
+    skipped = None if down is None or down.alive is None else _latest(timing, max(alive, written), now)
+    if following is not None:
+        return _Verdict("schedule", following, skipped=skipped)
+    return _Verdict("ended", reason="it has no run left", skipped=skipped)
 
 
 def _late_run(event: Event, timing: _Timing, now: float, down: _Downtime | None, grace: float,
@@ -1639,29 +1641,40 @@ class _File:
 @dataclass(eq=False)
 class _Gathered:
     """A ``discarded`` or ``stale`` notice waiting on its channel: each further event of its kind there joins
-    it (on the scheduler's thread) until a worker begins to tell it (``begin``); ``lock`` guards the two."""
+    it (on the scheduler's thread) until a worker begins to tell it (``begin``); ``lock`` guards the two.  It
+    keeps what it shows, the first events with their texts cut, and a count: a flood costs no memory."""
 
     kind: str
     channel: str
     head: str  # its first sentence, {count} and {was} to fill
     first: str  # the first event's name: the notice's, and its record's
+    due: float | None  # the first event's
     run_id: str = field(default_factory=lambda: _new_id())
-    events: list[tuple[str, str, float | None]] = field(default_factory=list)  # name, text, due
+    shown: list[tuple[str, str]] = field(default_factory=list)  # the first _LISTED: name, text cut
+    count: int = 0
     begun: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def add(self, name: str, text: str, change: int = 1) -> None:
+        """Count an event in (``change`` -1: out again), and show it if it is among the first."""
+        self.count += change
+        if change > 0 and len(self.shown) < _LISTED:
+            self.shown.append((name, text[:500]))
+        elif change < 0 and (name, text[:500]) in self.shown:
+            self.shown.remove((name, text[:500]))
+
     def notice(self) -> Event:
-        count, due = len(self.events), self.events[0][2] if self.events else None
-        listed = "".join(f"\n- {name}: {text[:500]}" for name, text, _ in self.events[:_LISTED])
-        more = f"\nand {count - _LISTED} more." if count > _LISTED else ""
-        was = "it was" if count == 1 else "they were"
-        text = f"{self.head.format(count=_plural(count, 'event'), was=was)} {was.capitalize()}:{listed}{more}"
-        return Event(self.first, self.kind, self.channel, text, due=_due_time(due, None))
+        listed = "".join(f"\n- {name}: {text}" for name, text in self.shown)
+        more = f"\nand {self.count - len(self.shown)} more." if self.count > len(self.shown) else ""
+        was = "it was" if self.count == 1 else "they were"
+        text = f"{self.head.format(count=_plural(self.count, 'event'), was=was)} {was.capitalize()}:{listed}{more}"
+        return Event(self.first, self.kind, self.channel, text, due=_due_time(self.due, None))
 
     def begin(self) -> Event:
         with self.lock:
             self.begun = True
-            return self.notice()
+            told, self.shown = self.notice(), []
+            return told
 
 
 class _Files:
@@ -1717,8 +1730,8 @@ class _Files:
         if changing or not stat.S_ISREG(st.st_mode):  # written as it was read: the scan hands it on again (racy)
             return
         digest = hash(data)  # within this process, as good as a cryptographic one for telling a change
-        if digest == file.digest and st.st_mtime_ns == file.sig[2] and not again:
-            return  # read again while racy: the same
+        if digest == file.digest and (sig[0], sig[2]) == (file.sig[0], file.sig[2]) and not again:
+            return  # read again while racy: the same (a copy put in its place, cp -p, is another file to take)
         self._cancel(file)
         if digest != file.digest:
             file.tries = 0  # still being written: the retries start over
@@ -1783,9 +1796,10 @@ class _Files:
         self.history.record("skipped", event, due, reason)
         if (reach := _catch_up(event)) is None or not self.notify:
             return
-        then = "" if following is None else f" Its next run is at {_iso(following, timing.zone)}."
+        then = f"The file stays; its next run is at {_iso(following, timing.zone)}." if following is not None else \
+            "It had no run left: the file was deleted."
         told = (f"This run was skipped: {reason}, and it would run {_duration(down.start - due)} late, more than "
-                f"its catchUp of {_duration(reach)}. The file stays.{then} It was: "
+                f"its catchUp of {_duration(reach)}. {then} It was: "
                 f"{self._delivered(event, timing, due).message}")
         notice, run_id = Event(name, "skipped", event.channel_id, told, due=_due_time(due, timing)), _new_id()
         _write_record(self.directory, run_id, notice, None)  # unwritten (a full disk): told all the same, not again
@@ -1858,35 +1872,36 @@ class _Files:
     def _gather(self, kind: str, event: Event, due: float | None, file: _File | None) -> Callable[[bool], None]:
         """Add an event to the notice of ``kind`` waiting on its channel, or start one; its record is written
         whole, with the file still to go.  Returns what to do once the file went (or did not)."""
-        key, item = (event.channel_id, kind), (event.filename, event.text, due)
-        gathered, taking = self._gathered.get(key), None if file is None else (file.name, file.sig)
+        key, taking = (event.channel_id, kind), None if file is None else (file.name, file.sig)
+        gathered = self._gathered.get(key)
         with gathered.lock if gathered else contextlib.nullcontext():
-            joined = gathered is not None and not gathered.begun
-            if gathered is not None and joined:
-                gathered.events.append(item)
+            fresh = gathered is None or gathered.begun
+            if gathered is not None and not fresh:
+                gathered.add(event.filename, event.text)
                 _write_record(self.directory, gathered.run_id, gathered.notice(), taking, "again")
-        if gathered is None or not joined:
+        if gathered is None or fresh:
             heads = {"discarded": f"{{count}} did not run: the channel already had {self.channels.max_queued} events "
                                   "waiting, so {was} discarded.",
                      "stale": "{count} did not run: {was} written while no harness was running"
                               f"{_between(self.down, self.zone) if self.down else ''}, and deleted unrun."}
-            gathered = _Gathered(kind, event.channel_id, heads[kind], event.filename, events=[item])
+            gathered = _Gathered(kind, event.channel_id, heads[kind], event.filename, due)
+            gathered.add(event.filename, event.text)
             self._gathered[key] = gathered
             _write_record(self.directory, gathered.run_id, gathered.notice(), taking)
-        fresh = not joined
 
         def then(taken: bool) -> None:
             if taken and fresh:
                 self._queue_notice(gathered.notice(), gathered.run_id, gathered.begin)
             elif not taken:  # the file was written anew meanwhile: it is judged anew, and not in the notice
                 with gathered.lock:
-                    if not gathered.begun and item in gathered.events:
-                        gathered.events.remove(item)
-                        if gathered.events:
-                            _write_record(self.directory, gathered.run_id, gathered.notice(), None, "again")
-                        else:
-                            gathered.begun = True  # never queued, or told empty: none will join it
-                            _unrecord(self.directory, gathered.run_id, gathered.notice().filename)
+                    if gathered.begun:
+                        return
+                    gathered.add(event.filename, event.text, -1)
+                    if gathered.count:
+                        _write_record(self.directory, gathered.run_id, gathered.notice(), None, "again")
+                    else:
+                        gathered.begun = True  # never queued: none will join it
+                        _unrecord(self.directory, gathered.run_id, gathered.first)
         return then
 
     def _queue_notice(self, notice: Event, run_id: str, begin: Callable[[], Event] | None = None) -> None:
@@ -2175,7 +2190,10 @@ class EventsWatcher:
 
     def _run(self) -> None:
         while self._lock_fd is None and not self._stopping.wait(_STANDBY_TRY):
-            if not self._lock():
+            try:
+                if not self._lock():
+                    continue
+            except OSError:  # the directory is gone for now (made anew): it is tried again
                 continue
             log.warning("%s: taking over", self.directory)
             try:
@@ -2185,10 +2203,14 @@ class EventsWatcher:
                 self._stopping.set()
                 self._unlock()
                 return
-        while not self._stopping.is_set():
-            due = self.step()
-            delay = self.poll_interval if due is None else min(self.poll_interval, due - self.clock())
-            time.sleep(max(0.0, delay))  # the cheapest wait: a timed wait on a lock costs half as much again
+        try:
+            while not self._stopping.is_set():
+                due = self.step()
+                delay = self.poll_interval if due is None else min(self.poll_interval, due - self.clock())
+                time.sleep(max(0.0, delay))  # the cheapest wait: a timed wait on a lock costs half as much again
+        except Exception:  # a bug: said with its traceback, and the watcher stops (``running``), never silently
+            log.exception("%s: the scheduler failed; this watcher stops", self.directory)
+            self._stopping.set()
 
     def _touch(self, now: float) -> None:
         """The last sign of life: the lock file's mtime, on this watcher's clock (never set back: after the
@@ -2212,7 +2234,11 @@ class EventsWatcher:
         watcher stops."""
         if self._ours():
             return True
-        if self._lock():
+        try:
+            locked = self._lock()
+        except OSError:  # gone again as it was looked at: the next step looks again
+            return False
+        if locked:
             log.warning("%s was made anew: its lock is taken again", self.directory)
             os.makedirs(os.path.join(self.directory, _RECORDS), mode=0o700, exist_ok=True)
             return True

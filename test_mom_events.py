@@ -1947,7 +1947,7 @@ class DowntimeTest(unittest.TestCase):
     def test_catch_up_runs_once_for_the_latest_missed_occurrence_within_its_limit(self) -> None:
         skipped = ("[EVENT:p.json:skipped] This run was skipped: it fell due at 2030-01-07T08:30:00+00:00 while no "
                    "harness was running (from 2030-01-07T07:00:00+00:00 to 2030-01-07T09:00:00+00:00), and it would "
-                   "run 30 minutes late, more than its catchUp of 10 minutes. The file stays. Its next run is at "
+                   "run 30 minutes late, more than its catchUp of 10 minutes. The file stays; its next run is at "
                    "2030-01-07T09:30:00+00:00. It was: [EVENT:p.json:periodic:every 1h] (due 2030-01-07T08:30:00+00:00)"
                    " tick")
         for catch_up, told in ((False, []), (True, ["ran"]), ("1h", ["ran"]), ("10m", [skipped])):
@@ -2058,6 +2058,48 @@ class DowntimeTest(unittest.TestCase):
                                      "while it ran), so its outcome is unknown. It was: [EVENT:a.json:immediate] hi"])
         self.assertEqual(sorted(p.name for p in (d / ".mom_events").iterdir()), ["unread.run.x2.b.json"])
         self.assertTrue(any("run.x2.b.json: a crash record that cannot be read" in line for line in logs.output))
+
+    def test_a_file_replaced_by_a_copy_with_its_content_and_mtime_still_runs(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "o.json", one_shot(T0 + 4), mtime=T0 - 60)
+        put(sim.dir, "p.json", every("1s"), mtime=T0 - 60)
+        sim.step()
+        for name in ("o.json", "p.json"):  # cp -p, then mv: another inode, the same content and mtime
+            shutil.copy2(sim.dir / name, sim.dir / f".{name}")
+            os.replace(sim.dir / f".{name}", sim.dir / name)
+        sim.step(1)
+        sim.run()
+        sim.step(4)
+        told = [m.split("]")[0] for m in sim.run()]
+        self.assertIn("[EVENT:o.json:one-shot:" + iso(T0 + 4), told)
+        self.assertEqual(sim.files(), ["p.json"])
+        self.assertNotIn("cancelled", sim.outcomes("p.json")[-3:])
+
+    def test_a_periodic_whose_last_run_went_by_beyond_its_catch_up_is_told_skipped(self) -> None:
+        sim = Sim(self).down_since(T0 - 3 * 3600)
+        put(sim.dir, "p.json", every("1h", start=iso(T0 - 7200), until=iso(T0 - 1800), catchUp="10m"),
+            mtime=T0 - 4 * 3600)
+        sim.start()
+        told = sim.run()
+        self.assertEqual(len(told), 1)
+        self.assertTrue(told[0].startswith("[EVENT:p.json:skipped] This run was skipped: it fell due at "
+                                           "2030-01-07T08:00:00+00:00"), told)
+        self.assertIn("It had no run left: the file was deleted.", told[0])
+        self.assertEqual(sim.outcomes("p.json"), ["skipped", "ended"])
+        self.assertEqual(sim.files(), [])
+
+    def test_a_gathered_notice_keeps_only_what_it_shows(self) -> None:
+        sim = Sim(self, max_queued=1).start()
+        for i in range(40):
+            put(sim.dir, f"h{i:02}.json", {**IMMEDIATE, "text": f"{i} " + "x" * 5000})
+        with self.assertLogs("mom_events", "WARNING"):
+            sim.step()
+        gathered = sim.watcher._files._gathered[("C1", "discarded")]  # noqa: SLF001 (what it holds)
+        self.assertEqual((gathered.count, len(gathered.shown)), (39, 10))  # h00 waits, the rest are discarded
+        self.assertEqual({len(text) for _, text in gathered.shown}, {500})
+        told = sim.run()[1]
+        self.assertTrue(told.endswith("\nand 29 more."), told[-40:])
+        self.assertEqual(gathered.shown, [])  # told: it keeps nothing
 
     def test_the_markers_of_0_2_0_are_told_once_and_then_only_records_are_written(self) -> None:
         sim = Sim(self)
@@ -2174,6 +2216,28 @@ class LockTest(unittest.TestCase):
         fd = os.open(d / ".mom_events.lock", os.O_RDWR)
         self.addCleanup(os.close, fd)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go
+
+    def test_a_standby_waits_out_a_directory_that_is_gone_for_a_moment_and_takes_over(self) -> None:
+        d = temp_dir(self)
+        holder = os.open(d / ".mom_events.lock", os.O_RDWR | os.O_CREAT)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        got: list[str] = []
+        standby = me.EventsWatcher(d, lambda e: got.append(e.filename), standby=True, poll_interval=0.01)
+        with self.assertLogs("mom_events", "WARNING"):
+            standby.start()
+        self.addCleanup(standby.stop, 0)
+        moved = d.parent / f"{d.name}.old"
+        d.rename(moved)
+        self.addCleanup(shutil.rmtree, moved, True)
+        time.sleep(0.5)  # the standby tries the lock while there is no directory
+        d.mkdir()
+        os.close(holder)
+        put(d, "h.json", IMMEDIATE)
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(got, ["h.json"])
+        self.assertTrue(standby.running)
 
     def test_start_after_stop_and_a_coroutine_handler_without_a_loop_fail_at_start(self) -> None:
         d = temp_dir(self)
