@@ -812,7 +812,8 @@ def _judge(event: Event, written: float, now: float, timing: _Timing | None,
         if down is not None and held + _COARSE < written < down.start - _COARSE:
             return _Verdict("stale", reason="it was written while no harness was running")
         return _Verdict("run")
-    following = timing.next_after(max(now, alive))  # a clock stepped back: not again
+    # a clock stepped back: no periodic occurrence again; a one-shot still here never ran (its file goes as it runs)
+    following = timing.next_after(now if isinstance(timing, _Once) else max(now, alive))
     first = timing.next_after(written) if following is None or isinstance(timing, _Once) else following
     if first is None:  # a one-shot written at or after its time, a periodic after its last run
         return _Verdict("invalid", reason=_written_late(event, timing, now))
@@ -1393,7 +1394,10 @@ def _record_path(directory: str, run_id: str, name: str) -> str:
 _SEPARATOR = b"\n\0"  # begins a record; what stands before it is the event file moved there (JSON holds no NUL)
 
 
-def _write_record(directory: str, run_id: str, tell: Event, file: tuple[str, _Signature] | None,
+_Taking = tuple[str, _Signature, str | None]  # a file still to go: its name, as judged, and where (None: deleted)
+
+
+def _write_record(directory: str, run_id: str, tell: Event, file: _Taking | None,
                   how: str = "new") -> bool:
     """Write a crash record: a ``new`` file, ``append``ed to the event file moved in its place, or ``again``
     (replaced whole, as a coalesced notice grows).  False, logged, if it cannot be."""
@@ -1439,7 +1443,7 @@ def _unrecord(directory: str, run_id: str, name: str) -> None:
         os.unlink(_record_path(directory, run_id, name))
 
 
-_Record = tuple[str, Event, "tuple[str, _Signature] | None", list[tuple[int, int]]]
+_Record = tuple[str, Event, _Taking | None, list[tuple[int, int]]]
 
 
 def _records(directory: str) -> list[_Record]:
@@ -1455,29 +1459,40 @@ def _records(directory: str) -> list[_Record]:
             _left_aside(path)
             continue
         _, run_id, filename = (name + ".").split(".", 2)
-        with open(path, "rb", opener=_private) as record:
-            head, _, tail = record.read().partition(_SEPARATOR)
-        line, *lines = tail.decode("utf-8", "replace").split("\n")
         try:
-            kept = json.loads(line)
-            told, file, due = kept["tell"], kept["file"], kept["tell"]["due"]
-            event = Event(told["filename"], told["type"], told["channel_id"], told["text"],
-                          due=due and datetime.fromisoformat(due))
-        except (ValueError, KeyError, TypeError):
-            if not head:  # killed as it created the record, before the run began
-                log.warning("%s: a crash record left empty by a harness that died writing it: removed", name)
-                os.unlink(path)
-                continue
-            try:  # the file moved there, its record not yet appended: the run was about to begin
-                moved = _parse(head, filename.removesuffix("."))[0]
-            except EventError as exc:
-                log.error("%s: a crash record that cannot be read (%s): left for you to look at", name, exc.reason)
-                os.rename(path, os.path.join(folder, "unread." + name))
-                continue
-            event, file = Event(moved.filename, "run", moved.channel_id, moved.message), None
-        sessions = [(int(a), int(b)) for a, b in (line.split() for line in lines if re.fullmatch(r"\d+ \d+", line))]
-        found.append((run_id, event, file and (file[0], tuple(file[1])), sessions))
+            found.append((run_id, *_read_record(path, filename.removesuffix("."))))
+        except _Empty:  # killed as it created the record, before the run began
+            log.warning("%s: a crash record left empty by a harness that died writing it: removed", name)
+            os.unlink(path)
+        except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:  # never deleted: it may be a notice
+            log.error("%s: a crash record that cannot be read (%s): kept as unread.%s", name, exc, name)
+            os.rename(path, os.path.join(folder, "unread." + name))
     return found
+
+
+class _Empty(Exception):
+    """A crash record with nothing in it."""
+
+
+def _read_record(path: str, filename: str) -> tuple[Event, _Taking | None, list[tuple[int, int]]]:
+    """What a crash record tells, the file it still takes, the sessions it names; one that is only an event file
+    moved there (its harness died before it appended the record) is told as that event's run."""
+    with open(path, "rb", opener=_private) as record:
+        data = record.read()
+    if not data:
+        raise _Empty
+    head, _, tail = data.partition(_SEPARATOR)
+    line, *lines = tail.decode("utf-8", "replace").split("\n")
+    sessions = [(int(a), int(b)) for a, b in (line.split() for line in lines if re.fullmatch(r"\d+ \d+", line))]
+    if not line and head:  # the file moved there, its record not yet appended: the run was about to begin
+        moved = _parse(head, filename)[0]
+        return Event(moved.filename, "run", moved.channel_id, moved.message), None, sessions
+    kept = json.loads(line)
+    told, file, due = kept["tell"], kept["file"], kept["tell"]["due"]
+    event = Event(str(told["filename"]), str(told["type"]), str(told["channel_id"]), str(told["text"]),
+                  due=due and datetime.fromisoformat(due))
+    taking = None if file is None else (str(file[0]), tuple(map(int, file[1])), file[2] if len(file) > 2 else None)
+    return event, taking, sessions  # type: ignore[return-value]
 
 
 def _left_aside(path: str) -> None:
@@ -1502,12 +1517,13 @@ def _upgrade(directory: str) -> None:
                 told, file = Event(filename, "run", event.channel_id, event.message), None
             else:  # a small file: [the notice, the file to delete]
                 notice, sig = json.loads(data)
-                told, file = Event(**notice), sig and (notice["filename"], tuple(sig))
-        except (OSError, ValueError, TypeError):
-            log.warning("%s: unreadable, removed", name)
+                told, file = Event(**notice), sig and (notice["filename"], tuple(sig), None)
+        except (OSError, ValueError, TypeError) as exc:
+            log.error("%s: a 0.2.0 marker that cannot be read (%s): kept as %s/unread%s", name, exc, _RECORDS, name)
+            os.rename(path, os.path.join(directory, _RECORDS, "unread" + name))
         else:
             _write_record(directory, run_id, told, file)
-        os.unlink(path)
+            os.unlink(path)
 
 
 def _interrupted(run: Event, stopped: int) -> Event:
@@ -1585,7 +1601,7 @@ class _Runner:
         except FileNotFoundError:
             return False
         if not plain:
-            return (_write_record(self.directory, run_id, told, (event.filename, sig))
+            return (_write_record(self.directory, run_id, told, (event.filename, sig, None))
                     and _take(self.directory, event.filename, sig))
         if not _take(self.directory, event.filename, sig, os.path.relpath(record, self.directory)):
             return False
@@ -1852,7 +1868,7 @@ class _Files:
             else:
                 said, run_id = Event(file.name, kind, event.channel_id, text, due=_due_time(due, file.timing)), \
                     _new_id()
-                _write_record(self.directory, run_id, said, (file.name, file.sig))  # unwritten: told, not again
+                _write_record(self.directory, run_id, said, (file.name, file.sig, rename_to))  # unwritten: told once
                 told = lambda taken: (self._queue_notice(said, run_id) if taken
                                       else _unrecord(self.directory, run_id, said.filename))
         try:
@@ -1872,7 +1888,7 @@ class _Files:
     def _gather(self, kind: str, event: Event, due: float | None, file: _File | None) -> Callable[[bool], None]:
         """Add an event to the notice of ``kind`` waiting on its channel, or start one; its record is written
         whole, with the file still to go.  Returns what to do once the file went (or did not)."""
-        key, taking = (event.channel_id, kind), None if file is None else (file.name, file.sig)
+        key, taking = (event.channel_id, kind), None if file is None else (file.name, file.sig, None)
         gathered = self._gathered.get(key)
         with gathered.lock if gathered else contextlib.nullcontext():
             fresh = gathered is None or gathered.begun
@@ -1926,7 +1942,7 @@ class _Files:
         _upgrade(self.directory)
         for run_id, told, file, sessions in _records(self.directory):
             try:
-                if file is not None:
+                if file is not None:  # renamed to NAME.json.rejected, or deleted, as the dead harness meant to
                     _take(self.directory, *file)
             except OSError as exc:
                 log.error("%s: cannot be deleted: %s; it may run again", file[0] if file else "", exc.strerror or exc)
@@ -2470,7 +2486,8 @@ class _Handler:
             line = f"{fired} {_one_line(event.channel_id)} {_one_line(tagged.message)}"
         with self.lock:
             try:
-                print(line, flush=True)
+                sys.stdout.write(line + "\n")  # one write: a line is whole even if the harness is killed
+                sys.stdout.flush()
                 if self.unwritten:
                     log.warning("the output can be written again")
                 self.unwritten = False

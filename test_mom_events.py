@@ -2101,6 +2101,50 @@ class DowntimeTest(unittest.TestCase):
         self.assertTrue(told.endswith("\nand 29 more."), told[-40:])
         self.assertEqual(gathered.shown, [])  # told: it keeps nothing
 
+    def test_after_the_clock_stepped_back_a_one_shot_not_yet_due_waits_for_its_time(self) -> None:
+        sim = Sim(self).down_since(T0 + 1000)  # the last harness ran with its clock 1000 s ahead
+        put(sim.dir, "soon.json", one_shot(T0 + 4), mtime=T0)
+        self.assertEqual(sim.start().run(), [])
+        sim.step(4)
+        self.assertEqual([m.split("]")[0] for m in sim.run()], ["[EVENT:soon.json:one-shot:" + iso(T0 + 4)])
+
+    def test_a_harness_killed_as_it_rejects_a_file_leaves_it_renamed_and_told(self) -> None:
+        first = Sim(self).start()
+        put(first.dir, "bad.json", '{"type": "immediate", "channelId": "C1", "text": 5}')
+        real = os.rename
+
+        def killed(src: object, dst: object, *args: object, **kwargs: object) -> None:
+            if str(dst).endswith(".rejected"):
+                raise SystemExit("killed")  # the harness dies: its notice's record is written
+            real(src, dst, *args, **kwargs)  # type: ignore[arg-type]
+        with unittest.mock.patch("os.rename", killed), self.assertRaises(SystemExit), \
+                self.assertLogs("mom_events", "WARNING"):
+            for _ in range(4):
+                first.step(0.4)
+        first.watcher.stop(0)
+        second = Sim(self, directory=first.dir, now=T0 + 10)
+        with self.assertLogs("mom_events", "WARNING"):
+            second.start()
+        self.assertEqual([m.split("]")[0] for m in second.run()], ["[EVENT:bad.json:rejected"])
+        self.assertEqual(second.files(), ["bad.json.rejected"])
+
+    def test_a_crash_record_that_cannot_be_read_never_stops_a_start_up_nor_goes(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events" / "run.x5.d.json").mkdir(parents=True)  # a directory where a record should be
+        told = {"filename": "n.json", "type": "rejected", "channel_id": "C1", "text": "bad", "due": None}
+        for name, data in (("run.x1.n.json", {"tell": told, "file": 5}), ("run.x2.n.json", {"tell": None}),
+                           ("run.x3.n.json", {"tell": {**told, "due": "garbage"}, "file": None})):
+            (d / ".mom_events" / name).write_bytes(b"\n\0" + json.dumps(data).encode() + b"\n")
+        (d / ".mom_events" / "run.x4.n.json").write_bytes(b"\n\0" + json.dumps({"tell": told}).encode()[:30])
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            sim = Sim(self, directory=d).start()
+        self.assertEqual(sorted(p.name for p in (d / ".mom_events").iterdir()),
+                         [f"unread.run.x{i}.{'d' if i == 5 else 'n'}.json" for i in range(1, 6)])
+        self.assertEqual(len(logs.output), 5)
+        put(d, "h.json", IMMEDIATE)
+        sim.step()
+        self.assertEqual(sim.run(), ["[EVENT:h.json:immediate] ping"])  # and it goes on
+
     def test_the_markers_of_0_2_0_are_told_once_and_then_only_records_are_written(self) -> None:
         sim = Sim(self)
         (sim.dir / ".mom_events.run.aa11.d.json").write_text(json.dumps(one_shot(T0 - 60, "dentist")))
@@ -2414,14 +2458,14 @@ class WatcherDetailTest(unittest.TestCase):
         self.assertEqual(sim.got[0].due.isoformat() if sim.got[0].due else "", "2030-01-07T04:01:00-05:00")
         self.assertEqual((sim.dir / ".mom_events.lock").stat().st_mtime, T0 + 60)
 
-    def test_a_torn_marker_and_a_file_left_aside_are_removed_at_the_start(self) -> None:
+    def test_a_torn_marker_is_kept_unread_and_a_file_left_aside_removed_at_the_start(self) -> None:
         d = temp_dir(self)
         (d / ".mom_events.run.0123").write_text('{"notice": {"filen')
         (d / ".mom_events.take.4567").write_text("{}")
         with self.assertLogs("mom_events", "WARNING") as logs:
             Sim(self, directory=d).start()
         self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])
-        self.assertEqual(list((d / ".mom_events").iterdir()), [])
+        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["unread.mom_events.run.0123"])
         self.assertEqual(len(logs.output), 2)
 
     def test_the_thread_fires_on_time_whatever_the_poll_and_submit_waits_for_a_busy_channel(self) -> None:
@@ -2974,6 +3018,14 @@ class CliTest(CliCase):
         self.assertEqual(len(cli.out), 1)
         self.assertTrue(cli.err[-1].endswith("INFO stopped (exit status 0)"), cli.err)
 
+
+    def test_a_line_is_one_write_so_that_a_kill_never_leaves_half_of_it(self):
+        writes: list[str] = []
+        out = types.SimpleNamespace(write=writes.append, flush=lambda: None)
+        with mock.patch("sys.stdout", out):
+            me._Handler(False, None, None)(Event("a.json", "immediate", "C1", "hi"))
+        self.assertEqual(len(writes), 1)
+        self.assertTrue(writes[0].endswith(" C1 [EVENT:a.json:immediate] hi\n"), writes)
     def test_json_lines_and_sigint(self):
         cli = self.serve("--json")
         self.put("hook.json", cli_immediate("C9", "New ticket"))
