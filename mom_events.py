@@ -1709,7 +1709,8 @@ class _Files:
         self.notify = notify
         self.files: dict[str, _File] = {}
         self.down: _Downtime | None = None  # during a start-up: the time no harness ran (and no queue limit)
-        self._gathered: dict[tuple[str, str], _Gathered] = {}
+        self._gathered: dict[tuple[str, str], _Gathered] = {}  # the told ones go when it has doubled
+        self._gathered_most = 64
 
     def seen(self, name: str, sig: _Signature | None, now: float) -> None:
         """The scanner's news of one file: gone (``sig`` None), new, changed, or to be read again (racy)."""
@@ -1903,6 +1904,9 @@ class _Files:
             gathered = _Gathered(kind, event.channel_id, heads[kind], event.filename, due)
             gathered.add(event.filename, event.text)
             self._gathered[key] = gathered
+            if len(self._gathered) > self._gathered_most:  # many channels: forget what has begun to be told
+                self._gathered = {key: g for key, g in self._gathered.items() if not g.begun}
+                self._gathered_most = max(64, 2 * len(self._gathered))
             _write_record(self.directory, gathered.run_id, gathered.notice(), taking)
 
         def then(taken: bool) -> None:
@@ -1938,9 +1942,15 @@ class _Files:
 
     def recover(self) -> None:
         """What a dead harness left: each run's processes stopped and its record told ``interrupted``, the
-        files it was deleting deleted, and every notice it had not told, told."""
+        files it was deleting deleted, and every notice it had not told, told (a notice's command is stopped
+        first too: a notice runs a command as an event does)."""
         _upgrade(self.directory)
-        for run_id, told, file, sessions in _records(self.directory):
+        records = _records(self.directory)
+        notices = [(run_id, sessions) for run_id, told, _, sessions in records if told.type != "run"]
+        if notices and (stopped := _stop_run(*(run_id for run_id, _ in notices),
+                                             sessions=[session for _, sessions in notices for session in sessions])):
+            log.warning("stopped %d processes of notices a dead harness was telling", stopped)
+        for run_id, told, file, sessions in records:
             try:
                 if file is not None:  # renamed to NAME.json.rejected, or deleted, as the dead harness meant to
                     _take(self.directory, *file)
