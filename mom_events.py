@@ -1303,8 +1303,8 @@ def _tied(tags: set[bytes], sessions: dict[int, int], environ: bytes, seen: tupl
     or gone (``leaders``: its start now, or None); so a recycled pid or session id is never taken for the run's."""
     if tags.intersection(environ.split(b"\0")):
         return True
-    sid, start = seen or (0, 0)  # none: no run's session has the id 0
-    return sid in sessions and start >= sessions[sid] and leaders.get(sid) in (None, sessions[sid])
+    sid, start = seen or (0, 0)  # none: no run's session has the id 0 (or 1, init's: a record said so falsely)
+    return sid > 1 and sid in sessions and start >= sessions[sid] and leaders.get(sid) in (None, sessions[sid])
 
 
 def _stop_run(*run_ids: str, sessions: Iterable[tuple[int, int]] = (), wait: float = 1.0) -> int:
@@ -1466,7 +1466,10 @@ def _records(directory: str) -> list[_Record]:
             os.unlink(path)
         except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:  # never deleted: it may be a notice
             log.error("%s: a crash record that cannot be read (%s): kept as unread.%s", name, exc, name)
-            os.rename(path, os.path.join(folder, "unread." + name))
+            try:
+                os.rename(path, os.path.join(folder, "unread." + name))
+            except OSError as again:  # a directory of that name in the way: it stays, and is said again
+                log.error("%s: cannot be set aside: %s", name, again.strerror or again)
     return found
 
 
@@ -1478,7 +1481,11 @@ def _read_record(path: str, filename: str) -> tuple[Event, _Taking | None, list[
     """What a crash record tells, the file it still takes, the sessions it names; one that is only an event file
     moved there (its harness died before it appended the record) is told as that event's run."""
     with open(path, "rb", opener=_private) as record:
-        data = record.read()
+        if not stat.S_ISREG(os.fstat(record.fileno()).st_mode):  # a device or FIFO put there: never read
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = record.read(4 * MAX_FILE_BYTES + 1)  # an event moved there, and a message that quotes it
+    if len(data) > 4 * MAX_FILE_BYTES:
+        raise ValueError("larger than a record can be")
     if not data:
         raise _Empty
     head, _, tail = data.partition(_SEPARATOR)

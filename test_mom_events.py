@@ -2136,11 +2136,13 @@ class DowntimeTest(unittest.TestCase):
                            ("run.x3.n.json", {"tell": {**told, "due": "garbage"}, "file": None})):
             (d / ".mom_events" / name).write_bytes(b"\n\0" + json.dumps(data).encode() + b"\n")
         (d / ".mom_events" / "run.x4.n.json").write_bytes(b"\n\0" + json.dumps({"tell": told}).encode()[:30])
+        (d / ".mom_events" / "run.x6.n.json").symlink_to("/dev/zero")  # endless: never read
+        (d / ".mom_events" / "run.x7.n.json").write_bytes(b"\n\0" + b" " * (4 * me.MAX_FILE_BYTES + 1))
         with self.assertLogs("mom_events", "ERROR") as logs:
             sim = Sim(self, directory=d).start()
         self.assertEqual(sorted(p.name for p in (d / ".mom_events").iterdir()),
-                         [f"unread.run.x{i}.{'d' if i == 5 else 'n'}.json" for i in range(1, 6)])
-        self.assertEqual(len(logs.output), 5)
+                         [f"unread.run.x{i}.{'d' if i == 5 else 'n'}.json" for i in range(1, 8)])
+        self.assertEqual(len(logs.output), 7)
         put(d, "h.json", IMMEDIATE)
         sim.step()
         self.assertEqual(sim.run(), ["[EVENT:h.json:immediate] ping"])  # and it goes on
@@ -3236,6 +3238,7 @@ class ExecTest(CliCase):
         self.assertFalse(tied(seen=(500, 1500), leader=1400))  # pid 500 is another process now: recycled
         self.assertFalse(tied(seen=(501, 1500)))  # another session
         self.assertFalse(tied(seen=None))  # gone, or a zombie
+        self.assertFalse(me._tied(set(), {0: 0, 1: 0}, b"", (1, 5), {0: None, 1: 0}))  # a record that names init's
         proc = subprocess.Popen(["sh", "-c", "printf 'x) Z 7 (y' > /proc/$$/comm; sleep 30; :"], start_new_session=True)
         try:  # a name with a ")" and spaces; a zombie is dead unless asked for
             self.assertTrue(cli_wait(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "x) Z 7 (y\n"))
