@@ -1508,7 +1508,8 @@ def _left_aside(path: str) -> None:
 
 
 def _upgrade(directory: str) -> None:
-    """0.2.0's markers, in the directory itself, become records, once: nothing it had accepted is lost."""
+    """0.2.0's markers, in the directory itself, become records, once: nothing it had accepted is lost.  A file
+    left aside by a take a harness died in (``_take``'s temporary) goes too."""
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
         if name.startswith(".mom_events.take."):
