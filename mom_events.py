@@ -817,24 +817,27 @@ def _judge(event: Event, written: float, now: float, timing: _Timing | None,
     first = timing.next_after(written) if following is None or isinstance(timing, _Once) else following
     if first is None:  # a one-shot written at or after its time, a periodic after its last run
         return _Verdict("invalid", reason=_written_late(event, timing, now))
-    late = _late_run(event, timing, now, down, misfire_grace, written)
+    # a periodic's latest occurrence since the last sign of life: it runs late, or it was skipped
+    missed = None if isinstance(timing, _Once) or down is None or down.alive is None else \
+        _latest(timing, max(alive, written), now)
+    late = _late_run(event, timing, now, down, misfire_grace, written, missed)
     if late is not None:
         return _Verdict("run", late, following)
     if isinstance(timing, _Once):
         if following is not None:
             return _Verdict("schedule", following)
         return _Verdict("missed", first, reason=_missed_reason(timing, first, down or _Downtime(None, None, now)))
-    skipped = None if down is None or down.alive is None else _latest(timing, max(alive, written), now)
     if following is not None:
-        return _Verdict("schedule", following, skipped=skipped)
-    return _Verdict("ended", reason="it has no run left", skipped=skipped)
+        return _Verdict("schedule", following, skipped=missed)
+    return _Verdict("ended", reason="it has no run left", skipped=missed)
 
 
 def _late_run(event: Event, timing: _Timing, now: float, down: _Downtime | None, grace: float,
-              since: float) -> float | None:
+              since: float, missed: float | None = None) -> float | None:
     """The occurrence that runs late at a start-up, if one does: the latest that fell due since the last
-    sign of life (a one-shot: since it was written) and is within the takeover's reach, ``misfire_grace``
-    or the file's ``catchUp``.  What was due before the last sign of life was still waiting: it runs."""
+    sign of life (``missed``; a one-shot: since it was written) and is within the takeover's reach,
+    ``misfire_grace`` or the file's ``catchUp``.  What was due before the last sign of life was still
+    waiting: it runs."""
     if isinstance(timing, _Once):
         at = timing.at
         if at > now:
@@ -845,13 +848,10 @@ def _late_run(event: Event, timing: _Timing, now: float, down: _Downtime | None,
         return at if takeover or now - at <= grace else None
     if down is None:  # written a moment before an occurrence, seen a moment after it
         return _latest(timing, max(since, now - _TAKEOVER), now)
-    if down.alive is None:  # first start: nothing is caught up
-        return None
-    due = _latest(timing, max(down.alive, since), now)
-    if due is None:
+    if down.alive is None or missed is None:  # first start: nothing is caught up
         return None
     reach = max(grace, _catch_up(event) or 0.0)
-    return due if due - down.alive <= _TAKEOVER or now - due <= reach else None
+    return missed if missed - down.alive <= _TAKEOVER or now - missed <= reach else None
 
 
 def _latest(timing: _Timing, low: float, high: float) -> float | None:
@@ -1447,9 +1447,9 @@ _Record = tuple[str, Event, _Taking | None, list[tuple[int, int]]]
 
 
 def _records(directory: str) -> list[_Record]:
-    """The crash records a dead harness left: (the run's id, what to tell, the file to delete, its sessions).
-    One that is only an event file moved there (its harness died before it appended the record) is told as
-    that event's run; one torn as it was written had not begun, and is removed."""
+    """The crash records a dead harness left: (the run's id, what to tell, the file to take, its sessions).  An
+    empty one (its harness died creating it, before the run began) is removed; one that cannot be read is kept,
+    as unread.NAME, and said."""
     folder, found = os.path.join(directory, _RECORDS), list[_Record]()
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
@@ -1492,14 +1492,19 @@ def _read_record(path: str, filename: str) -> tuple[Event, _Taking | None, list[
     line, *lines = tail.decode("utf-8", "replace").split("\n")
     sessions = [(int(a), int(b)) for a, b in (line.split() for line in lines if re.fullmatch(r"\d+ \d+", line))]
     if not line and head:  # the file moved there, its record not yet appended: the run was about to begin
-        moved = _parse(head, filename)[0]
-        return Event(moved.filename, "run", moved.channel_id, moved.message), None, sessions
+        return _run_of(head, filename), None, sessions
     kept = json.loads(line)
     told, file, due = kept["tell"], kept["file"], kept["tell"]["due"]
     event = Event(str(told["filename"]), str(told["type"]), str(told["channel_id"]), str(told["text"]),
                   due=due and datetime.fromisoformat(due))
     taking = None if file is None else (str(file[0]), tuple(map(int, file[1])), file[2] if len(file) > 2 else None)
     return event, taking, sessions  # type: ignore[return-value]
+
+
+def _run_of(data: bytes, filename: str) -> Event:
+    """What to tell of a run whose record is only its event file (its due time unknown)."""
+    event = _parse(data, filename)[0]
+    return Event(filename, "run", event.channel_id, event.message)
 
 
 def _left_aside(path: str) -> None:
@@ -1521,8 +1526,7 @@ def _upgrade(directory: str) -> None:
             with open(path, "rb", opener=_private) as marker:
                 data = marker.read(MAX_FILE_BYTES + 1)
             if filename:  # the event file itself, moved there (a one-shot's, an immediate's) or linked
-                event = _parse(data, filename)[0]
-                told, file = Event(filename, "run", event.channel_id, event.message), None
+                told, file = _run_of(data, filename), None
             else:  # a small file: [the notice, the file to delete]
                 notice, sig = json.loads(data)
                 told, file = Event(**notice), sig and (notice["filename"], tuple(sig), None)
