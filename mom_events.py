@@ -237,18 +237,18 @@ def _check_periodic(event: Event) -> None:
     if schedule is not None and zone is None:  # a cron needs its zone; an interval may have one (see _Every)
         raise ValueError('missing field "timezone" (an IANA name such as Europe/Vienna)')
     if every is not None:
-        _about("every", _seconds, every)
+        _keyed("every", _seconds, every)
     instant = lambda text: _instant(text, _zone(zone) if zone else None)
-    start = -math.inf if event.start is None else _about("start", instant, event.start)
-    if event.until is not None and _about("until", instant, event.until) < start:
+    start = -math.inf if event.start is None else _keyed("start", instant, event.start)
+    if event.until is not None and _keyed("until", instant, event.until) < start:
         raise ValueError(f'"until" {event.until!r} is before "start" {event.start!r}')
     if isinstance(event.catch_up, str):
-        _about("catchUp", _seconds, event.catch_up)
+        _keyed("catchUp", _seconds, event.catch_up)
     if schedule is not None and zone is not None:
         _cron(schedule, zone)  # its reasons name the schedule: "bad schedule '0 9 * *': expected 5 fields ..."
 
 
-def _about(key: str, read: Callable[[str], _T], value: str) -> _T:
+def _keyed(key: str, read: Callable[[str], _T], value: str) -> _T:
     try:
         return read(value)
     except ValueError as exc:
@@ -307,7 +307,7 @@ def _at(event: Event) -> tuple[float, str | None]:
     at, name = event.at, event.timezone
     if at is None:
         raise ValueError('missing field "at" (ISO 8601 with an offset, such as 2027-12-15T09:00:00+01:00)')
-    if (when := _about("at", _read_iso, at)).utcoffset() is None:
+    if (when := _keyed("at", _read_iso, at)).utcoffset() is None:
         if name is None:
             raise ValueError(f'"at" has no UTC offset: {_excerpt(at)!r} (add one, e.g. +01:00, or give "timezone")')
         return _wall(when, _zone(name))
@@ -353,7 +353,7 @@ class _CronMissing(ImportError):
     """croniter is not installed: a valid periodic file waits for it rather than being rejected."""
 
 
-def _whole(text: str) -> int | None:
+def _ascii_int(text: str) -> int | None:
     """A number in ASCII digits, else None; a long one is read as far as needed (int() refuses 4,300 digits)."""
     if not (text.isdigit() and text.isascii()):
         return None
@@ -372,7 +372,7 @@ class _Field(NamedTuple):
     def value(self, text: str) -> int:
         if text.lower() in self.names:
             return self.names[text.lower()]
-        if (value := _whole(text)) is None:
+        if (value := _ascii_int(text)) is None:
             mark = "#" if "#" in text else text[-1:].upper()
             hint = f" ({_MISPLACED[mark]})" if mark in _MISPLACED else ""
             raise ValueError(f"{_excerpt(text)!r} is not a valid {self.name} value{hint}")
@@ -383,7 +383,7 @@ class _Field(NamedTuple):
     def values(self, item: str) -> range | set[int]:
         """One plain list item's values: a number or name, a range, a step, or ``*`` (``?`` is the same)."""
         body, slash, step_text = item.partition("/")
-        step = _whole(step_text) if slash else 1
+        step = _ascii_int(step_text) if slash else 1
         if not step:
             raise ValueError(f"{_excerpt(item)!r}: the step must be a positive whole number")
         if step > self.size:
@@ -407,7 +407,7 @@ class _Field(NamedTuple):
     def parse(self, text: str) -> set[int]:
         return set[int]().union(*(self.values(item) for item in text.split(",")))
 
-    def plain(self, text: str) -> str:  # as croniter reads it right, and quickly
+    def for_croniter(self, text: str) -> str:  # as croniter reads it right, and quickly
         values = self.parse(text)
         return "*" if len(values) == self.size else ",".join(map(str, sorted(values)))
 
@@ -438,7 +438,7 @@ class _Pattern:
         if any("" in field.split(",") for field in fields):
             raise ValueError("empty list item")
         second, minute, hour, dom, month, dow, year = fields
-        self.times = f"{_SECOND.plain(second)} {_MINUTE.plain(minute)} {_HOUR.plain(hour)} * * *"
+        self.times = f"{_SECOND.for_croniter(second)} {_MINUTE.for_croniter(minute)} {_HOUR.for_croniter(hour)} * * *"
         self.months = sorted(_MONTH.parse(month))
         # None for every year; else ranges, not a set that could hold 9,999 years
         self.years = None if year in ("*", "?") else [_YEAR.values(item) for item in year.split(",")]
@@ -449,16 +449,16 @@ class _Pattern:
         both, dow = dow.startswith("+"), dow.removeprefix("+")
         if both and not dow:
             raise ValueError("'+' must be followed by the day-of-week, as in +MON")
-        self.either = not both and not dom.startswith(("*", "?")) and not dow.startswith(("*", "?"))
+        self.day_or_weekday = not both and not dom.startswith(("*", "?")) and not dow.startswith(("*", "?"))
         self.dates: set[int] = set()
-        self.nearest: set[int] = set()  # nW; in both, 0 stands for the month's last day (L, LW)
+        self.nearest_weekday: set[int] = set()  # nW; in both, 0 stands for the month's last day (L, LW)
         for item in dom.split(","):
             if item.upper() in ("L", "LW"):
-                (self.dates if item.upper() == "L" else self.nearest).add(0)
-            elif item.upper().endswith("W") and _whole(item[:-1]) is None:
+                (self.dates if item.upper() == "L" else self.nearest_weekday).add(0)
+            elif item.upper().endswith("W") and _ascii_int(item[:-1]) is None:
                 raise ValueError(f"{_excerpt(item)!r}: 'W' follows a single day, as in 15W")
             elif item.upper().endswith("W"):
-                self.nearest.add(_DOM.value(item[:-1]))
+                self.nearest_weekday.add(_DOM.value(item[:-1]))
             elif item.upper().endswith("L"):
                 raise ValueError(f"{_excerpt(item)!r}: in day-of-month 'L' stands alone (the last day) or as LW")
             else:
@@ -472,7 +472,7 @@ class _Pattern:
             days, k = (days, k) if sharp else (item[:-1], "L")
             if not days:
                 raise ValueError(f"{_excerpt(item)!r}: a day comes first, as in FRI#2, FRI#L or 5L")
-            if k.upper() != "L" and _whole(k) not in range(1, 6):
+            if k.upper() != "L" and _ascii_int(k) not in range(1, 6):
                 raise ValueError(f"{_excerpt(item)!r}: the number after '#' must be 1 to 5")
             self.nth |= {(day, 0 if k.upper() == "L" else int(k)) for day in _DOW.values(days)}
         self._by_shape: dict[tuple[int, int], tuple[int, ...]] = {}
@@ -484,10 +484,10 @@ class _Pattern:
             weekday = {day: (monday_first + day) % 7 for day in range(1, length + 1)}  # cron's numbering: Sunday 0
             workdays = [day for day, name in weekday.items() if 1 <= name <= 5]
             dates = {day or length for day in self.dates}
-            dates |= {min(workdays, key=lambda w: abs(w - (n or length))) for n in self.nearest if n <= length}
+            dates |= {min(workdays, key=lambda w: abs(w - (n or length))) for n in self.nearest_weekday if n <= length}
             by_weekday = {day for day, name in weekday.items()
                           if (name, (day + 6) // 7) in self.nth or (day + 7 > length and (name, 0) in self.nth)}
-            days = (dates | by_weekday) if self.either else (dates & by_weekday)
+            days = (dates | by_weekday) if self.day_or_weekday else (dates & by_weekday)
             self._by_shape[shape] = tuple(sorted(day for day in days if day <= length))
         return self._by_shape[shape]
 
@@ -927,12 +927,12 @@ class _Scanner:
         self.ignore = ignore  # the history, when it lies in the directory under an event's name
         self.known: dict[str, _Signature] = {}
         self.racy: set[str] = set()  # looked at too soon: their content is read again
-        self.odd: dict[str, _Signature] = {}  # *.json that are not regular files, warned about
-        self.trouble: str | None = None  # the directory's last listing error, said once
+        self.not_regular: dict[str, _Signature] = {}  # *.json that are not regular files, warned about
+        self.list_error: str | None = None  # the directory's last listing error, said once
         self._dir: _Signature | None = None
         self._fd = -1  # the directory, open: a stat through it costs half as much as by path
         self._cursor: list[str] = []
-        self._owed = 0.0  # files the sweep owes, at _SWEEP_RATE
+        self._sweep_debt = 0.0  # files the sweep owes, at _SWEEP_RATE
         self._last = time.monotonic()
 
     def poll(self) -> Iterator[tuple[str, _Signature | None]]:
@@ -958,10 +958,10 @@ class _Scanner:
         except OSError as exc:
             yield from self._lost(exc)
             return
-        if self.trouble:
+        if self.list_error:
             log.warning("events directory %s can be listed again", self.path)
-            self.trouble = None
-        self.odd = {name: sig for name, sig in self.odd.items() if name in found}
+            self.list_error = None
+        self.not_regular = {name: sig for name, sig in self.not_regular.items() if name in found}
         seen = []
         for name, inode in found.items():
             known = self.known.get(name)
@@ -973,35 +973,35 @@ class _Scanner:
                 st = None
             seen.append((st.st_mtime_ns if st else 0, name, st))
         for _, name, st in sorted(seen, key=lambda item: item[:2]):  # in order of mtime, then name
-            yield from self._look(name, st, now)
+            yield from self._compare(name, st, now)
         for name in [name for name in self.known if name not in found]:
-            yield from self._look(name, None, now)
+            yield from self._compare(name, None, now)
 
     def _sweep(self, now: float) -> Iterator[tuple[str, _Signature | None]]:
         """Stat the files owed since the last poll, in turn, and the racy ones every time."""
         mono = time.monotonic()
-        self._owed = min(self._owed + (mono - self._last) * _SWEEP_RATE, len(self.known) + 1.0)
+        self._sweep_debt = min(self._sweep_debt + (mono - self._last) * _SWEEP_RATE, len(self.known) + 1.0)
         self._last = mono
         names = list(self.racy)
-        while self._owed >= 1 and self.known:
+        while self._sweep_debt >= 1 and self.known:
             if not self._cursor:
                 self._cursor = list(self.known)
             names.append(self._cursor.pop())
-            self._owed -= 1
+            self._sweep_debt -= 1
         for name in names:
             try:
                 st = os.stat(name, dir_fd=self._fd)
             except OSError:
                 st = None
             if st is None or self.known.get(name) != _signature(st) or name in self.racy:  # else: as it was
-                yield from self._look(name, st, now)
+                yield from self._compare(name, st, now)
 
-    def _look(self, name: str, st: os.stat_result | None, now: float) -> Iterator[tuple[str, _Signature | None]]:
+    def _compare(self, name: str, st: os.stat_result | None, now: float) -> Iterator[tuple[str, _Signature | None]]:
         """Compare one file's stat with what is known; a racy file is handed on again, to be read again."""
         if st is not None and not stat.S_ISREG(st.st_mode):
-            if self.odd.get(name) != _signature(st):  # said once, until it changes
+            if self.not_regular.get(name) != _signature(st):  # said once, until it changes
                 log.warning("%s: ignored: it is not a regular file", name)
-                self.odd[name] = _signature(st)
+                self.not_regular[name] = _signature(st)
             st = None
         if st is None:
             if self.known.pop(name, None) is not None:
@@ -1020,8 +1020,8 @@ class _Scanner:
 
     def _lost(self, exc: OSError) -> Iterator[tuple[str, _Signature | None]]:
         """The directory cannot be listed: said once; its files count as gone until it can."""
-        if self.trouble != str(exc):
-            self.trouble = str(exc)
+        if self.list_error != str(exc):
+            self.list_error = str(exc)
             log.error("events directory %s cannot be listed: %s", self.path, exc.strerror or exc)
         self._dir = None
         for name in list(self.known):
@@ -1131,7 +1131,7 @@ class _Channels:
                 return True
             self._waiting[job.channel], self._events[job.channel] = deque([job]), int(not job.notice)
             self._ready.append(job.channel)
-        self.staff()
+        self.dispatch()
         return True
 
     def hold(self) -> None:
@@ -1141,9 +1141,9 @@ class _Channels:
     def release(self) -> None:
         with self._lock:
             self._held = False
-        self.staff()
+        self.dispatch()
 
-    def staff(self) -> None:
+    def dispatch(self) -> None:
         """See that a ready channel gets a worker: a waiting one, or a new one, paced (called at every poll)."""
         with self._lock:
             if self._held or self._idle >= len(self._ready):  # a waiting worker takes it (or none is ready)
@@ -1162,7 +1162,7 @@ class _Channels:
                 return False
             self._waiting[channel], self._events[channel] = deque([_Job(channel, fn)]), 1
             self._ready.append(channel)
-        self.staff()
+        self.dispatch()
         return True
 
     def withdraw(self, channel: str, name: str) -> list[_Job]:
@@ -1285,7 +1285,7 @@ _RETRIES = (0.1, 0.2, 0.4)  # a bad file may be mid-write: read again after thes
 _LISTED = 10  # a coalesced notice lists its first events, each text cut at 500 characters
 
 
-def _stat(pid: int | str, dead: bool = False) -> tuple[int, int] | None:
+def _proc_session(pid: int | str, dead: bool = False) -> tuple[int, int] | None:
     """A process's session id and start time (clock ticks since boot); None when it is gone, or (unless ``dead``) a
     zombie, which no signal reaches.  Read after the last ")", as the name before it may hold any character."""
     try:
@@ -1296,7 +1296,7 @@ def _stat(pid: int | str, dead: bool = False) -> tuple[int, int] | None:
         return None
 
 
-def _tied(tags: set[bytes], sessions: dict[int, int], environ: bytes, seen: tuple[int, int] | None,
+def _belongs_to_run(tags: set[bytes], sessions: dict[int, int], environ: bytes, seen: tuple[int, int] | None,
           leaders: dict[int, int | None]) -> bool:
     """Whether a process is a run's: its ``environ`` carries a run's tag, or it is in a run's session (``sessions``:
     sid -> the leader's start; ``seen``: its sid and start) since the leader began, and pid sid is that leader still
@@ -1316,14 +1316,14 @@ def _stop_run(*run_ids: str, sessions: Iterable[tuple[int, int]] = (), wait: flo
 
     def members() -> list[int]:
         pids = []
-        leaders = {sid: now[1] if (now := _stat(sid)) else None for sid in started}
+        leaders = {sid: now[1] if (now := _proc_session(sid)) else None for sid in started}
         for pid in filter(str.isdigit, os.listdir("/proc") if tags or started else ()):
             try:
                 with open(f"/proc/{pid}/environ", "rb") as environ:
                     env = environ.read()
             except OSError:  # gone, or another user's
                 env = b""
-            if _tied(tags, started, env, _stat(pid) if started else None, leaders):
+            if _belongs_to_run(tags, started, env, _proc_session(pid) if started else None, leaders):
                 pids.append(int(pid))
         return pids
 
@@ -1353,7 +1353,7 @@ def _new_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNT):x}"
 
 
-def _take(directory: str, name: str, sig: _Signature, rename_to: str | None = None) -> bool:
+def _remove_judged(directory: str, name: str, sig: _Signature, rename_to: str | None = None) -> bool:
     """Delete the file ``name`` (or rename it to ``rename_to``) if it is still the one that was judged: it is
     moved first and checked there, so that a newer file an ``mv`` put under its name is never lost."""
     path = os.path.join(directory, name)
@@ -1377,7 +1377,7 @@ def _take(directory: str, name: str, sig: _Signature, rename_to: str | None = No
     return False
 
 
-def _unchanged(directory: str, name: str, sig: _Signature) -> bool:
+def _still_judged(directory: str, name: str, sig: _Signature) -> bool:
     """Is the file ``name`` still the one that was judged (a periodic's, as its run begins)?"""
     with contextlib.suppress(FileNotFoundError):
         return _signature(os.stat(os.path.join(directory, name)))[:3] == sig[:3]
@@ -1434,7 +1434,7 @@ def _note_session(directory: str, run_id: str, name: str, session: int, start: i
         record.write(f"{session} {start}\n")  # no record (a function given to submit()): no session to note
 
 
-def _private(path: str, flags: int) -> int:
+def _open_nonblocking(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NONBLOCK, 0o600)  # a FIFO put in its place never blocks a read
 
 
@@ -1456,12 +1456,12 @@ def _records(directory: str) -> list[_Record]:
         if name == "held" or name.startswith("unread."):
             continue
         if not name.startswith("run.") or name.endswith(".new"):  # a file being deleted, a record being replaced
-            _left_aside(path)
+            _remove_leftover(path)
             continue
         _, run_id, filename = (name + ".").split(".", 2)
         try:
             found.append((run_id, *_read_record(path, filename.removesuffix("."))))
-        except _Empty:  # killed as it created the record, before the run began
+        except _EmptyRecord:  # killed as it created the record, before the run began
             log.warning("%s: a crash record left empty by a harness that died writing it: removed", name)
             os.unlink(path)
         except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:  # never deleted: it may be a notice
@@ -1473,26 +1473,26 @@ def _records(directory: str) -> list[_Record]:
     return found
 
 
-class _Empty(Exception):
+class _EmptyRecord(Exception):
     """A crash record with nothing in it."""
 
 
 def _read_record(path: str, filename: str) -> tuple[Event, _Taking | None, list[tuple[int, int]]]:
     """What a crash record tells, the file it still takes, the sessions it names; one that is only an event file
     moved there (its harness died before it appended the record) is told as that event's run."""
-    with open(path, "rb", opener=_private) as record:
+    with open(path, "rb", opener=_open_nonblocking) as record:
         if not stat.S_ISREG(os.fstat(record.fileno()).st_mode):  # a device or FIFO put there: never read
             raise OSError(errno.EINVAL, "not a regular file")
         data = record.read(4 * MAX_FILE_BYTES + 1)  # an event moved there, and a message that quotes it
     if len(data) > 4 * MAX_FILE_BYTES:
         raise ValueError("larger than a record can be")
     if not data:
-        raise _Empty
+        raise _EmptyRecord
     head, _, tail = data.partition(_SEPARATOR)
     line, *lines = tail.decode("utf-8", "replace").split("\n")
     sessions = [(int(a), int(b)) for a, b in (line.split() for line in lines if re.fullmatch(r"\d+ \d+", line))]
     if not line and head:  # the file moved there, its record not yet appended: the run was about to begin
-        return _run_of(head, filename), None, sessions
+        return _run_from_file(head, filename), None, sessions
     kept = json.loads(line)
     told, file, due = kept["tell"], kept["file"], kept["tell"]["due"]
     event = Event(str(told["filename"]), str(told["type"]), str(told["channel_id"]), str(told["text"]),
@@ -1501,32 +1501,32 @@ def _read_record(path: str, filename: str) -> tuple[Event, _Taking | None, list[
     return event, taking, sessions  # type: ignore[return-value]
 
 
-def _run_of(data: bytes, filename: str) -> Event:
+def _run_from_file(data: bytes, filename: str) -> Event:
     """What to tell of a run whose record is only its event file (its due time unknown)."""
     event = _parse(data, filename)[0]
     return Event(filename, "run", event.channel_id, event.message)
 
 
-def _left_aside(path: str) -> None:
+def _remove_leftover(path: str) -> None:
     log.warning("%s: left by a harness that died while it deleted or wrote it: removed", path)
     os.unlink(path)
 
 
 def _upgrade(directory: str) -> None:
     """0.2.0's markers, in the directory itself, become records, once: nothing it had accepted is lost.  A file
-    left aside by a take a harness died in (``_take``'s temporary) goes too."""
+    left aside by a take a harness died in (``_remove_judged``'s temporary) goes too."""
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
         if name.startswith(".mom_events.take."):
-            _left_aside(path)
+            _remove_leftover(path)
         if not name.startswith(_OLD_MARKER):
             continue
         run_id, _, filename = name[len(_OLD_MARKER):].partition(".")
         try:
-            with open(path, "rb", opener=_private) as marker:
+            with open(path, "rb", opener=_open_nonblocking) as marker:
                 data = marker.read(MAX_FILE_BYTES + 1)
             if filename:  # the event file itself, moved there (a one-shot's, an immediate's) or linked
-                told, file = _run_of(data, filename), None
+                told, file = _run_from_file(data, filename), None
             else:  # a small file: [the notice, the file to delete]
                 notice, sig = json.loads(data)
                 told, file = Event(**notice), sig and (notice["filename"], tuple(sig), None)
@@ -1591,7 +1591,7 @@ class _Runner:
             return
         if periodic and last:
             try:
-                _take(self.directory, event.filename, sig)
+                _remove_judged(self.directory, event.filename, sig)
             except OSError as exc:
                 log.error("%s: cannot be deleted: %s; it will not run again", event.filename, exc.strerror or exc)
         _unrecord(self.directory, run_id, event.filename)
@@ -1604,7 +1604,7 @@ class _Runner:
         a link gets a record of its own and goes (its target may be anything by the time a successor looks)."""
         told = replace(event, type="run", text=event.message)
         if event.type == "periodic":
-            return _write_record(self.directory, run_id, told, None) and _unchanged(self.directory, event.filename,
+            return _write_record(self.directory, run_id, told, None) and _still_judged(self.directory, event.filename,
                                                                                    sig)
         record = _record_path(self.directory, run_id, event.filename)
         try:
@@ -1614,13 +1614,13 @@ class _Runner:
             return False
         if not plain:
             return (_write_record(self.directory, run_id, told, (event.filename, sig, None))
-                    and _take(self.directory, event.filename, sig))
-        if not _take(self.directory, event.filename, sig, os.path.relpath(record, self.directory)):
+                    and _remove_judged(self.directory, event.filename, sig))
+        if not _remove_judged(self.directory, event.filename, sig, os.path.relpath(record, self.directory)):
             return False
         _write_record(self.directory, run_id, told, None, "append")  # unwritten: the file moved there is told
         return True
 
-    def tell(self, notice: Event, run_id: str) -> None:
+    def tell_notice(self, notice: Event, run_id: str) -> None:
         """A notice whose record is written: told at least once (again by the next start, if this one dies)."""
         due = None if notice.due is None else notice.due.timestamp()
         if (outcome := self._call_handler(replace(notice, run_id=run_id), due)) is not None:
@@ -1724,7 +1724,7 @@ class _Files:
         self._gathered: dict[tuple[str, str], _Gathered] = {}  # the told ones go when it has doubled
         self._gathered_most = 64
 
-    def seen(self, name: str, sig: _Signature | None, now: float) -> None:
+    def on_change(self, name: str, sig: _Signature | None, now: float) -> None:
         """The scanner's news of one file: gone (``sig`` None), new, changed, or to be read again (racy)."""
         file = self.files.get(name)
         if sig is None:
@@ -1735,7 +1735,7 @@ class _Files:
             self.files[name] = file = _File(name, sig)
         self._read(file, now)
 
-    def due(self, due: float, name: str, now: float) -> None:
+    def on_due(self, due: float, name: str, now: float) -> None:
         """A file's entry in the schedule came up: its occurrence, or its next read while it is bad."""
         file = self.files[name]
         if file.event is None:
@@ -1788,7 +1788,7 @@ class _Files:
             self.schedule.push(now + _RETRIES[file.tries], file.name)
             file.tries += 1
         else:
-            self._reject(file, reason, _loose(file.name, data))
+            self._reject(file, reason, _bad_file_event(file.name, data))
 
     def _act(self, file: _File, verdict: _Verdict, now: float) -> None:
         event, timing = file.event, file.timing
@@ -1885,7 +1885,7 @@ class _Files:
                 told = lambda taken: (self._queue_notice(said, run_id) if taken
                                       else _unrecord(self.directory, run_id, said.filename))
         try:
-            taken = _take(self.directory, file.name, file.sig, rename_to)
+            taken = _remove_judged(self.directory, file.name, file.sig, rename_to)
         except OSError as exc:
             log.error("%s: %s; it cannot be removed (%s): it will not run", file.name, reason, exc.strerror or exc)
             taken = False
@@ -1938,7 +1938,7 @@ class _Files:
 
     def _queue_notice(self, notice: Event, run_id: str, begin: Callable[[], Event] | None = None) -> None:
         """Queue a notice whose record is written; it waits beside the events, and is never discarded."""
-        run = lambda: self.runner.tell(begin() if begin else notice, run_id)
+        run = lambda: self.runner.tell_notice(begin() if begin else notice, run_id)
         due = None if notice.due is None else notice.due.timestamp()
         self.channels.put(_Job(notice.channel_id, run, notice, notice=True),
                           lambda: self.history.record("queued", notice, due))
@@ -1965,7 +1965,7 @@ class _Files:
         for run_id, told, file, sessions in records:
             try:
                 if file is not None:  # renamed to NAME.json.rejected, or deleted, as the dead harness meant to
-                    _take(self.directory, *file)
+                    _remove_judged(self.directory, *file)
             except OSError as exc:
                 log.error("%s: cannot be deleted: %s; it may run again", file[0] if file else "", exc.strerror or exc)
             if told.type == "run":
@@ -1980,7 +1980,7 @@ class _Files:
 _CHANNEL_KEY = re.compile(r"""["']channelId["']\s*:\s*(?:"([^"\\\s]*)"|'([^'\\\s]*)')""")
 
 
-def _loose(name: str, data: bytes) -> Event:
+def _bad_file_event(name: str, data: bytes) -> Event:
     """What a bad file says of itself, for the history and the notice: its type, and its channel, if it has
     one; in a file whose JSON does not parse (the agent's likeliest slips), the first ``channelId`` quoted
     with " or ' whose value is a channel."""
@@ -2051,7 +2051,7 @@ class EventsWatcher:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
-        self._beat = self._touched = -math.inf
+        self._heartbeat = self._marked_alive = -math.inf
 
     @property
     def running(self) -> bool:
@@ -2100,17 +2100,17 @@ class EventsWatcher:
         now = self.clock() if now is None else now
         changes = list(self._scanner.poll()) if scan else []
         first = self._schedule.next_due()
-        if changes or (first is not None and first <= now) or not self._beat <= now < self._beat + _BEAT:
+        if changes or (first is not None and first <= now) or not self._heartbeat <= now < self._heartbeat + _BEAT:
             if not self._still_ours():  # nothing fires once another harness holds the directory
                 return None
-            self._touch(now)  # before anything fires: what fell due before a harness's last sign of life had fired
+            self._mark_alive(now)  # before anything fires: what fell due before a harness's last sign of life had fired
         for name, sig in changes:
-            self._guarded(name, self._files.seen, name, sig, now)
+            self._guarded(name, self._files.on_change, name, sig, now)
         for due, name in self._schedule.pop_due(now):
-            self._guarded(name, self._files.due, due, name, now)
-        self._channels.staff()
-        if not self._beat <= now < self._beat + _BEAT:
-            self._beat = now
+            self._guarded(name, self._files.on_due, due, name, now)
+        self._channels.dispatch()
+        if not self._heartbeat <= now < self._heartbeat + _BEAT:
+            self._heartbeat = now
             if self.systemd and os.environ.get("WATCHDOG_PID", str(os.getpid())) == str(os.getpid()):
                 _sd_notify("WATCHDOG=1")
         return self._schedule.next_due()
@@ -2183,10 +2183,10 @@ class EventsWatcher:
 
     def _note_held(self) -> None:
         """The mtime of DIR/.mom_events/held: until when this harness held the directory (a start-up reads it)."""
-        if self._lock_fd is None or self._touched == -math.inf:  # a start-up that failed held nothing
+        if self._lock_fd is None or self._marked_alive == -math.inf:  # a start-up that failed held nothing
             return
         held = os.path.join(self.directory, _RECORDS, "held")
-        t = max(self._touched, self.clock())
+        t = max(self._marked_alive, self.clock())
         try:
             os.close(os.open(held, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             os.utime(held, (t, t))
@@ -2215,10 +2215,10 @@ class EventsWatcher:
         try:
             self._files.recover()
             for name, sig in self._scanner.poll():
-                self._guarded(name, self._files.seen, name, sig, down.start)
+                self._guarded(name, self._files.on_change, name, sig, down.start)
             os.ftruncate(self._lock_fd, 0)  # its PID and its first sign of life: now it counts as one that ran
             os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
-            self._touch(down.start)
+            self._mark_alive(down.start)
         finally:
             self._files.down = None
         if self.systemd:
@@ -2250,13 +2250,13 @@ class EventsWatcher:
             log.exception("%s: the scheduler failed; this watcher stops", self.directory)
             self._stopping.set()
 
-    def _touch(self, now: float) -> None:
+    def _mark_alive(self, now: float) -> None:
         """The last sign of life: the lock file's mtime, on this watcher's clock (never set back: after the
         clock steps back, what had fired before is still before it)."""
         assert self._lock_fd is not None
-        self._touched = max(self._touched, now)
+        self._marked_alive = max(self._marked_alive, now)
         try:
-            os.utime(self._lock_fd, (self._touched, self._touched))
+            os.utime(self._lock_fd, (self._marked_alive, self._marked_alive))
         except OSError as exc:
             log.error("the lock file's time cannot be set: %s", exc.strerror or exc)
 
@@ -2540,7 +2540,7 @@ class _Handler:
                                         env=env, start_new_session=True)
             except OSError as exc:
                 raise ChildProcessError(f"command failed: cannot start it: {exc.strerror or exc}") from None
-            leader = _stat(proc.pid, dead=True)  # not reaped yet: there even if it has ended (no /proc: none)
+            leader = _proc_session(proc.pid, dead=True)  # not reaped yet: there even if it has ended (no /proc: none)
             self.running[run_id] = session = (proc.pid, leader[1] if leader else sys.maxsize)
         failure = None
         try:

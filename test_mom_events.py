@@ -48,6 +48,7 @@ import mom_events as me
 from mom_events import Event, EventError, next_fire, parse_event
 
 logging.getLogger("mom_events").addHandler(logging.NullHandler())  # the library's log is the tests' to read
+proc_session = me._proc_session  # a process's (session id, start), or None once it is gone
 
 
 def utc(*args: int) -> datetime:
@@ -1490,7 +1491,7 @@ class ChannelsModelTest(unittest.TestCase):
         channels.put(me._Job("slow", lambda: release.wait(5)))
         channels.put(me._Job("self", lambda: inside.append(channels.wait(0.05))))  # waits: the pool is paced
         time.sleep(0.03)
-        channels.staff()  # as a poll does: the waiting channel gets a worker of its own
+        channels.dispatch()  # as a poll does: the waiting channel gets a worker of its own
         self.assertEqual(channels.wait(0.2), ["slow"])
         release.set()
         self.assertEqual(channels.wait(5), [])
@@ -1836,7 +1837,7 @@ class WatcherRunTest(unittest.TestCase):
             sim.step()
         held = sim.workers.pop()
         sim.workers.clear()
-        sim.watcher._channels.staff()  # noqa: SLF001 (the pool, as a poll staffs it)
+        sim.watcher._channels.dispatch()  # noqa: SLF001 (the pool, as a poll staffs it)
         held()  # runs h0, then the notice of h1 and h2
         self.assertEqual([e.message.split(" ")[0] for e in sim.got], ["[EVENT:h0.json:immediate]",
                                                                       "[EVENT:h1.json:discarded]"])
@@ -2610,14 +2611,14 @@ class CrashTest(unittest.TestCase):
         put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
         first.line()
         wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
-        seen = {pid: me._stat(pid) for pid in map(int, pids.read_text().split())}
-        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if me._stat(pid) == was])
+        seen = {pid: proc_session(pid) for pid in map(int, pids.read_text().split())}
+        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if proc_session(pid) == was])
         wait_until(lambda: all(b"MOM_EVENT_RUN=" not in Path(f"/proc/{pid}/environ").read_bytes() for pid in seen))
         first.proc.kill()
         first.proc.wait()
         second = self.harness()
         self.assertIn("[EVENT:hook.json:interrupted]", second.line())
-        self.assertEqual([pid for pid, was in seen.items() if me._stat(pid) == was], [])  # stopped before it told
+        self.assertEqual([pid for pid, was in seen.items() if proc_session(pid) == was], [])  # stopped before it told
 
     def test_a_successor_stops_the_command_of_a_notice_the_dead_harness_was_telling(self) -> None:
         first = self.harness("--exec", "sleep 300")
@@ -2625,12 +2626,12 @@ class CrashTest(unittest.TestCase):
         put(self.dir, "bad.json", '{"type": "immediate", "channelId": "C1", "text": "hi",}')  # a JSON slip
         self.assertIn("[EVENT:bad.json:rejected]", first.line())
         wait_until(lambda: self.commands())
-        old = {pid: me._stat(pid) for pid in self.commands()}
+        old = {pid: proc_session(pid) for pid in self.commands()}
         first.proc.kill()
         first.proc.wait()
         second = self.harness("--exec", "true")
         self.assertIn("[EVENT:bad.json:rejected]", second.line())  # told again: at least once
-        self.assertEqual([pid for pid, was in old.items() if me._stat(pid) == was], [])  # and never beside itself
+        self.assertEqual([pid for pid, was in old.items() if proc_session(pid) == was], [])  # and never beside itself
 
     def test_a_run_cut_short_by_the_shutdown_is_told_at_the_next_start(self) -> None:
         first = self.harness("--exec", "sleep 300", "--grace", "0.3")
@@ -3214,8 +3215,8 @@ class ExecTest(CliCase):
                                                           f"echo $! >> {pids}; wait")
         self.put("a.json", cli_immediate())
         self.assertTrue(cli_wait(lambda: pids.exists() and len(pids.read_text().split()) == 2))
-        seen = {pid: me._stat(pid) for pid in map(int, pids.read_text().split())}
-        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if me._stat(pid) == was])
+        seen = {pid: proc_session(pid) for pid in map(int, pids.read_text().split())}
+        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if proc_session(pid) == was])
 
         def untagged(pid: int) -> bool:  # its environment no longer says whose run it is
             with contextlib.suppress(OSError):
@@ -3224,11 +3225,11 @@ class ExecTest(CliCase):
         self.assertTrue(cli_wait(lambda: all(map(untagged, seen))), "perl did not rename itself")
         self.assertFalse(any("timed out" in line for line in cli.err), "too late: the test proves nothing")
         cli.wait_err("a.json: command failed: timed out after 3 s", 10)
-        self.assertTrue(cli_wait(lambda: all(me._stat(pid) != was for pid, was in seen.items())), "escaped the stop")
+        self.assertTrue(cli_wait(lambda: all(proc_session(pid) != was for pid, was in seen.items())), "escaped")
 
     def test_the_tie_rule_takes_a_process_by_its_tag_or_its_session_never_by_a_recycled_id(self):
         def tied(env: bytes = b"", seen: tuple[int, int] | None = None, leader: int | None = 1000) -> bool:
-            return me._tied({b"MOM_EVENT_RUN=r1"}, {500: 1000}, env, seen, {500: leader})  # sid 500, from tick 1000
+            return me._belongs_to_run({b"MOM_EVENT_RUN=r1"}, {500: 1000}, env, seen, {500: leader})  # sid 500 at 1000
         self.assertTrue(tied(b"A=1\0MOM_EVENT_RUN=r1\0"))  # its tag, in any session (setsid)
         self.assertFalse(tied(b"MOM_EVENT_RUN=r10\0", (600, 1500)))  # another run's tag, another session
         self.assertTrue(tied(seen=(500, 1000)))  # the leader, renamed
@@ -3238,20 +3239,20 @@ class ExecTest(CliCase):
         self.assertFalse(tied(seen=(500, 1500), leader=1400))  # pid 500 is another process now: recycled
         self.assertFalse(tied(seen=(501, 1500)))  # another session
         self.assertFalse(tied(seen=None))  # gone, or a zombie
-        self.assertFalse(me._tied(set(), {0: 0, 1: 0}, b"", (1, 5), {0: None, 1: 0}))  # a record that names init's
+        self.assertFalse(me._belongs_to_run(set(), {0: 0, 1: 0}, b"", (1, 5), {0: None, 1: 0}))  # naming init's
         proc = subprocess.Popen(["sh", "-c", "printf 'x) Z 7 (y' > /proc/$$/comm; sleep 30; :"], start_new_session=True)
         try:  # a name with a ")" and spaces; a zombie is dead unless asked for
             self.assertTrue(cli_wait(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "x) Z 7 (y\n"))
-            sid, start = me._stat(proc.pid) or (0, 0)
+            sid, start = me._proc_session(proc.pid) or (0, 0)
             self.assertEqual(sid, proc.pid)
-            self.assertLessEqual((me._stat(os.getpid()) or (0, math.inf))[1], start)
+            self.assertLessEqual((me._proc_session(os.getpid()) or (0, math.inf))[1], start)
             proc.kill()
-            self.assertTrue(cli_wait(lambda: me._stat(proc.pid) is None))
-            self.assertEqual(me._stat(proc.pid, dead=True), (sid, start))
+            self.assertTrue(cli_wait(lambda: me._proc_session(proc.pid) is None))
+            self.assertEqual(me._proc_session(proc.pid, dead=True), (sid, start))
         finally:
             proc.kill()
             proc.wait()
-        self.assertIsNone(me._stat(proc.pid, dead=True))
+        self.assertIsNone(me._proc_session(proc.pid, dead=True))
 
     def test_a_helper_that_keeps_stdin_never_holds_the_channel(self):
         cli = self.serve("--exec", "exec 3<&0; setsid sleep 60 <&3 & exit 0")
