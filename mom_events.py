@@ -2019,6 +2019,80 @@ def _sd_notify(message: str) -> None:
         pass
 
 
+class _DirectoryLock:
+    """The directory's lock file, flock'ed by the harness that holds the directory.  Its mtime is that harness's
+    last sign of life, set before anything fires (never set back: after the clock steps back, what had fired is
+    still before it); DIR/.mom_events/held's mtime, set each second of the stop's grace, is until when it held
+    the directory.  A start-up reads both: what fell due before them had fired, or was accepted."""
+
+    def __init__(self, directory: str, clock: Callable[[], float]) -> None:
+        self.directory = directory
+        self.path = os.path.join(directory, _LOCK)
+        self.clock = clock
+        self.fd: int | None = None  # never None while runs may begin: the workers ask ``ours``
+        self._ino = -1
+        self._alive = -math.inf  # the last sign of life set
+
+    def take(self) -> bool:
+        """Take the lock, or return False; the lock held before (a directory made anew) goes."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        held, (self.fd, self._ino) = self.fd, (fd, os.fstat(fd).st_ino)
+        if held is not None:
+            os.close(held)
+        return True
+
+    def claim(self, now: float) -> None:
+        """This process's PID, and its first sign of life: from now on it counts as a harness that ran."""
+        assert self.fd is not None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        self.mark_alive(now)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def ours(self) -> bool:
+        """Is the lock file at the directory's path still the one held (a run begins only then)?"""
+        try:
+            return self.fd is not None and os.stat(self.path).st_ino == self._ino
+        except OSError:
+            return not os.path.isdir(self.directory)  # gone: the scanner says so, and its files count as gone
+
+    def mark_alive(self, now: float) -> None:
+        assert self.fd is not None
+        self._alive = max(self._alive, now)
+        try:
+            os.utime(self.fd, (self._alive, self._alive))
+        except OSError as exc:
+            log.error("the lock file's time cannot be set: %s", exc.strerror or exc)
+
+    def note_held(self) -> None:
+        if self.fd is None or self._alive == -math.inf:  # a start-up that failed held nothing
+            return
+        held = os.path.join(self.directory, _RECORDS, "held")
+        t = max(self._alive, self.clock())
+        try:
+            os.close(os.open(held, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            os.utime(held, (t, t))
+        except OSError as exc:
+            log.error("%s cannot be written: %s", held, exc.strerror or exc)
+
+    def holder(self) -> str:
+        try:
+            with open(self.path) as lock:
+                pid = lock.read().strip() or "?"
+        except OSError:
+            pid = "?"
+        return f"{self.directory} is already watched by process {pid} (lock file {_LOCK})"
+
+
 class EventsWatcher:
     """Watches ``events_dir`` and calls ``handler(event)`` on a worker thread when each event is due: one
     run at a time per channel, channels concurrently.  See the README for the parameters.  ``start``, ``step``
@@ -2039,19 +2113,19 @@ class EventsWatcher:
         self._channels = _Channels(max_queued, spawn or _thread, 0.0 if spawn else 2.0)
         self._schedule = _Schedule()
         history_log = _History(self._history_path, clock)
-        self._runner = _Runner(self.directory, handler, on_error or _log_error, history_log, clock, self._ours)
+        self._lock = _DirectoryLock(self.directory, clock)
+        self._runner = _Runner(self.directory, handler, on_error or _log_error, history_log, clock,
+                              self._lock.ours)
         self._runner.loop = loop
         name = timezone or _host_timezone()  # an IANA zone follows daylight saving; a fixed offset would not
         zone = _zone(name) if name else datetime.now().astimezone().tzinfo or UTC
         self._files = _Files(self.directory, self._runner, self._channels, self._schedule, history_log, zone,
                              misfire_grace, notify)
         self._scanner = _Scanner(self.directory, self._is_history)
-        self._lock_fd: int | None = None
-        self._lock_ino = -1
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
-        self._heartbeat = self._marked_alive = -math.inf
+        self._heartbeat = -math.inf  # when the last heartbeat was said (systemd's watchdog)
 
     @property
     def running(self) -> bool:
@@ -2075,16 +2149,16 @@ class EventsWatcher:
         if os.stat(self.directory).st_mode & stat.S_IWOTH:
             log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
                         self.directory, self.directory)
-        if self._lock():
+        if self._lock.take():
             try:
                 self._startup()
             except BaseException:  # the lock is let go: a start-up that failed holds nothing
                 self._unlock()
                 raise
         elif not (self.standby and thread):
-            raise EventError(None, self._holder())
+            raise EventError(None, self._lock.holder())
         else:
-            log.warning("%s; standing by", self._holder())
+            log.warning("%s; standing by", self._lock.holder())
             if self.systemd:
                 _sd_notify("READY=1\nSTATUS=standing by")
         if thread:
@@ -2095,7 +2169,7 @@ class EventsWatcher:
         """One turn of the scheduler, as ``sched.scheduler.run(blocking=False)``: look at the directory, fire
         what is due at ``now`` (default: the clock's).  Unlike ``sched``, it returns the absolute time (on the
         watcher's clock) when the next firing or retry is due, or None: sleep ``min(poll, due - clock())``."""
-        if self._lock_fd is None or self._stopping.is_set():
+        if self._lock.fd is None or self._stopping.is_set():
             return None
         now = self.clock() if now is None else now
         changes = list(self._scanner.poll()) if scan else []
@@ -2103,7 +2177,7 @@ class EventsWatcher:
         if changes or (first is not None and first <= now) or not self._heartbeat <= now < self._heartbeat + _BEAT:
             if not self._still_ours():  # nothing fires once another harness holds the directory
                 return None
-            self._mark_alive(now)  # before anything fires: what fell due before a harness's last sign of life had fired
+            self._lock.mark_alive(now)  # before anything fires: what was due before it had fired
         for name, sig in changes:
             self._guarded(name, self._files.on_change, name, sig, now)
         for due, name in self._schedule.pop_due(now):
@@ -2151,64 +2225,29 @@ class EventsWatcher:
     async def __aexit__(self, *exc: object) -> None:
         await sys.modules["asyncio"].to_thread(self.stop)
 
-    def _lock(self) -> bool:
-        """Take the directory's lock, or return False; the lock held before (a directory made anew) goes."""
-        fd = os.open(os.path.join(self.directory, _LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        held, (self._lock_fd, self._lock_ino) = self._lock_fd, (fd, os.fstat(fd).st_ino)
-        if held is not None:  # never None meanwhile: the workers read it
-            os.close(held)
-        return True
-
     def _unlock(self, wait: float | None = 0.0) -> list[str]:
         """Let the lock go once the runs still going have ended (a standby must never run beside them), and
         return the channels still running after ``wait`` (None: as long as they run).  Until then, each
         second, the time is noted: an immediate written meanwhile was accepted, and runs at the next start."""
         deadline = math.inf if wait is None else time.monotonic() + wait
         while True:
-            self._note_held()
+            self._lock.note_held()
             running = self._channels.wait(max(0.0, min(_BEAT, deadline - time.monotonic())))
             if not running or time.monotonic() >= deadline:
                 break
         if not running:
             self._scanner.close()
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+            self._lock.release()
         return running
-
-    def _note_held(self) -> None:
-        """The mtime of DIR/.mom_events/held: until when this harness held the directory (a start-up reads it)."""
-        if self._lock_fd is None or self._marked_alive == -math.inf:  # a start-up that failed held nothing
-            return
-        held = os.path.join(self.directory, _RECORDS, "held")
-        t = max(self._marked_alive, self.clock())
-        try:
-            os.close(os.open(held, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-            os.utime(held, (t, t))
-        except OSError as exc:
-            log.error("%s cannot be written: %s", held, exc.strerror or exc)
-
-    def _holder(self) -> str:
-        try:
-            with open(os.path.join(self.directory, _LOCK)) as lock:
-                pid = lock.read().strip() or "?"
-        except OSError:
-            pid = "?"
-        return f"{self.directory} is already watched by process {pid} (lock file {_LOCK})"
 
     def _startup(self) -> None:
         """Act on what the last harness left, judged by when it was last alive (the lock file's mtime, kept as
         it was until this start-up is done: one killed before then does not count as a harness that ran) and
         when it let the directory go.  Nothing runs before the start-up is done."""
-        assert self._lock_fd is not None
+        assert self._lock.fd is not None
         os.makedirs(os.path.join(self.directory, _RECORDS), mode=0o700, exist_ok=True)
         held = _mtime(os.path.join(self.directory, _RECORDS, "held"))
-        self._files.down = down = _Downtime(_last_alive(self._lock_fd), held, self.clock())
+        self._files.down = down = _Downtime(_last_alive(self._lock.fd), held, self.clock())
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.directory, _JOURNAL))
         self._channels.hold()
@@ -2216,9 +2255,7 @@ class EventsWatcher:
             self._files.recover()
             for name, sig in self._scanner.poll():
                 self._guarded(name, self._files.on_change, name, sig, down.start)
-            os.ftruncate(self._lock_fd, 0)  # its PID and its first sign of life: now it counts as one that ran
-            os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
-            self._mark_alive(down.start)
+            self._lock.claim(down.start)
         finally:
             self._files.down = None
         if self.systemd:
@@ -2227,9 +2264,9 @@ class EventsWatcher:
         log.info("watching %s (%d events scheduled)", self.directory, len(self._schedule))
 
     def _run(self) -> None:
-        while self._lock_fd is None and not self._stopping.wait(_STANDBY_TRY):
+        while self._lock.fd is None and not self._stopping.wait(_STANDBY_TRY):
             try:
-                if not self._lock():
+                if not self._lock.take():
                     continue
             except OSError:  # the directory is gone for now (made anew): it is tried again
                 continue
@@ -2250,37 +2287,20 @@ class EventsWatcher:
             log.exception("%s: the scheduler failed; this watcher stops", self.directory)
             self._stopping.set()
 
-    def _mark_alive(self, now: float) -> None:
-        """The last sign of life: the lock file's mtime, on this watcher's clock (never set back: after the
-        clock steps back, what had fired before is still before it)."""
-        assert self._lock_fd is not None
-        self._marked_alive = max(self._marked_alive, now)
-        try:
-            os.utime(self._lock_fd, (self._marked_alive, self._marked_alive))
-        except OSError as exc:
-            log.error("the lock file's time cannot be set: %s", exc.strerror or exc)
-
-    def _ours(self) -> bool:
-        """Is the lock file at the directory's path still the one this watcher holds (a run begins only then)?"""
-        try:
-            return self._lock_fd is not None and os.stat(os.path.join(self.directory, _LOCK)).st_ino == self._lock_ino
-        except OSError:
-            return not os.path.isdir(self.directory)  # gone: the scanner says so, and its files count as gone
-
     def _still_ours(self) -> bool:
         """Before anything fires: the directory made anew is locked again, or, held by another harness, this
         watcher stops."""
-        if self._ours():
+        if self._lock.ours():
             return True
         try:
-            locked = self._lock()
+            locked = self._lock.take()
         except OSError:  # gone again as it was looked at: the next step looks again
             return False
         if locked:
             log.warning("%s was made anew: its lock is taken again", self.directory)
             os.makedirs(os.path.join(self.directory, _RECORDS), mode=0o700, exist_ok=True)
             return True
-        log.error("%s, made anew: this watcher stops", self._holder())
+        log.error("%s, made anew: this watcher stops", self._lock.holder())
         self._stopping.set()
         return False
 
