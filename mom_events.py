@@ -922,8 +922,10 @@ class _Scanner:
     changed (or is racy), and a sweep stats the known files in turn for rewrites in place.  ``poll`` yields
     ``(name, signature or None)`` for each file created, changed or deleted since the last one."""
 
-    def __init__(self, path: str, ignore: Callable[[str], bool] = lambda name: False) -> None:
+    def __init__(self, path: str, ignore: Callable[[str], bool] = lambda name: False,
+                 clock: Callable[[], float] = time.time) -> None:
         self.path = path
+        self.clock = clock  # the watcher's: a change is racy by its time
         self.ignore = ignore  # the history, when it lies in the directory under an event's name
         self.known: dict[str, _Signature] = {}
         self.racy: set[str] = set()  # looked at too soon: their content is read again
@@ -936,7 +938,7 @@ class _Scanner:
         self._last = time.monotonic()
 
     def poll(self) -> Iterator[tuple[str, _Signature | None]]:
-        now = time.time()
+        now = self.clock()
         try:
             st = os.stat(self.path)
             if self._dir is None or self._dir[0] != st.st_ino:  # first, or a directory made anew
@@ -2121,7 +2123,7 @@ class EventsWatcher:
         zone = _zone(name) if name else datetime.now().astimezone().tzinfo or UTC
         self._files = _Files(self.directory, self._runner, self._channels, self._schedule, history_log, zone,
                              misfire_grace, notify)
-        self._scanner = _Scanner(self.directory, self._is_history)
+        self._scanner = _Scanner(self.directory, self._is_history, clock)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False

@@ -1,5 +1,7 @@
-"""A file's walk through mom_events: how many functions one file's life crosses, and how often it calls back
-into one it already passed (the lean issue's target: each walk <= 20 functions, <= 8 calls back).
+"""A file's walk through mom_events: the stages one file's life crosses, in order (parse, then judge, then
+queue, then run: issue 44's target is no call back into a stage the walk has left, and for a rejected file no
+more than its retries need), how many functions it crosses and how often it calls back into one it already
+passed (the lean issue's figures).
 
 The watcher is driven through its public interface, as a caller without a thread would:
 ``EventsWatcher(..., clock=..., spawn=workers.append)``, ``start(thread=False)`` (the start-up sees the
@@ -11,14 +13,15 @@ told, then renamed).  Every call into a function of mom_events.py meanwhile is r
   they are written in, and a generator resumed is not called again);
 - calls back: calls into a function already called earlier in the walk, once it had returned (recursion is
   not a call back);
-- deepest: the most mom_events frames on one stack.
+- deepest: the most mom_events frames on one stack;
+- stages: the calls into each stage's entry (STAGES), in order, and the calls back into a stage the walk had
+  already returned from (a retry's read is one).
 
     python benchmarks/walk.py [--module DIR]           # both walks, a line each
     python benchmarks/walk.py [--module DIR] --calls   # and each walk's calls, indented by depth
 
-The scanner judges a file "racy" (written too recently to trust its stat) on real time, so on simulated
-time a file stays racy through the whole walk and is read again at each step; ``--settle 0.06`` waits
-out the 50 ms racy window before the first step, as a file seen one poll after it was written.
+The scanner judges a file "racy" (written too recently to trust its stat) on the watcher's clock, so the
+simulated time's first step (0.1 s later) already finds it settled; ``--settle S`` waits real seconds first.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ FILES = {
     "run and deleted": {"type": "immediate", "channelId": "C1", "text": "hello"},
     "rejected": {"type": "one-shot", "channelId": "C1", "text": "hello", "at": "tomorrow"},
 }
+STAGES = {"_parse": "parse", "_judge": "judge", "_Channels.put": "queue", "_Runner.run": "run"}
 GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
@@ -87,6 +91,12 @@ class Tracer:
             stack.append(name)
         return len(seen), back, max((depth for depth, _ in self.calls), default=0)
 
+    def stages(self) -> tuple[list[str], int]:
+        """The stages entered, in order, and how many entries were into a stage already left."""
+        entered = [STAGES[name] for _, name in self.calls if name in STAGES]
+        back = sum(stage in entered[:i] for i, stage in enumerate(entered))
+        return entered, back
+
 
 def walk(content: dict[str, object]) -> Tracer:
     with tempfile.TemporaryDirectory(prefix="mom_walk_") as name:
@@ -122,7 +132,9 @@ def main() -> int:
     for what, content in FILES.items():
         tracer = walk(content)
         functions, back, deepest = tracer.figures()
-        print(f"{what}: {functions} functions, {back} calls back, {deepest} deep ({len(tracer.calls)} calls)")
+        entered, stages_back = tracer.stages()
+        print(f"{what}: stages {' -> '.join(entered)}, {stages_back} back into a stage left; {functions} functions, "
+              f"{back} calls back, {deepest} deep ({len(tracer.calls)} calls)")
         if ARGS.calls:
             for depth, name in tracer.calls:
                 print(f"  {'  ' * depth}{name}")
