@@ -480,7 +480,7 @@ class _Pattern:
     def in_month(self, year: int, month: int) -> tuple[int, ...]:
         """A month's matching days, kept by its shape (the weekday of its 1st, its length): 14 shapes in all."""
         monday_first, length = shape = calendar.monthrange(year, month)
-        if shape not in self._by_shape:
+        if (found := self._by_shape.get(shape)) is None:  # two threads may both compute it: the same tuple
             weekday = {day: (monday_first + day) % 7 for day in range(1, length + 1)}  # cron's numbering: Sunday 0
             workdays = [day for day, name in weekday.items() if 1 <= name <= 5]
             dates = {day or length for day in self.dates}
@@ -488,8 +488,8 @@ class _Pattern:
             by_weekday = {day for day, name in weekday.items()
                           if (name, (day + 6) // 7) in self.nth or (day + 7 > length and (name, 0) in self.nth)}
             days = (dates | by_weekday) if self.day_or_weekday else (dates & by_weekday)
-            self._by_shape[shape] = tuple(sorted(day for day in days if day <= length))
-        return self._by_shape[shape]
+            self._by_shape[shape] = found = tuple(sorted(day for day in days if day <= length))
+        return found
 
     def match_after(self, wall: datetime) -> datetime | None:
         for day in self._days_from(wall.date()):
@@ -1118,15 +1118,19 @@ class _Channels:
         self._held = False  # a start-up queues all it judged runnable before anything runs
         self.closed = False
 
-    def put(self, job: _Job, queued: Callable[[], None] = lambda: None, limit: bool = True) -> bool:
-        """Queue ``job`` and say so (``queued``, before it can start); False when ``limit`` and the channel
-        already has ``max_queued`` events waiting (or the watcher stops)."""
+    def room(self, channel: str) -> bool:
+        """May one more event wait on ``channel`` (fewer than ``max_queued`` do)?"""
+        with self._lock:
+            return not self.closed and self._events.get(channel, 0) < self.max_queued
+
+    def put(self, job: _Job, limit: bool = True) -> bool:
+        """Queue ``job``; False when ``limit`` and the channel already has ``max_queued`` events waiting (or
+        the watcher stops)."""
         with self._lock:
             queue = self._waiting.get(job.channel)
             full = limit and not job.notice and self._events.get(job.channel, 0) >= self.max_queued
             if self.closed or full:
                 return False
-            queued()
             if queue is not None:  # busy: its turn comes
                 queue.append(job)
                 self._events[job.channel] += not job.notice
@@ -1208,32 +1212,35 @@ class _Channels:
 
     def _work(self) -> None:
         """A worker: ready channels' jobs, one at a time, until none has been ready for ``linger`` seconds."""
+        job = None
+        while (job := self._next(job)) is not None:
+            try:
+                job.run()
+            except BaseException:  # a job reports its own errors: the last resort, never a dead worker or channel
+                log.exception("channel %s: a run failed", job.channel)
+
+    def _next(self, done: _Job | None) -> _Job | None:
+        """End the worker's ``done`` job (its channel's next is ready in turn), and take the next ready one;
+        None: the worker goes, as none was ready for ``linger`` seconds (or the pool closed)."""
         with self._lock:
-            while True:
-                self._idle += 1
-                self._lock.wait_for(lambda: self._ready or self.closed, self._linger)
-                self._idle -= 1
-                if not self._ready:
-                    self._workers -= 1
-                    self._ended.notify_all()  # stop() waits for the workers to be gone
-                    return
-                channel = self._ready.popleft()
-                job = self._waiting[channel].popleft()
-                self._events[channel] -= not job.notice
-                self._running[channel] = threading.get_ident()
-                self._lock.release()
-                try:
-                    job.run()
-                except Exception:  # a job reports its own errors: this is the last resort, never a dead worker
-                    log.exception("channel %s: a run failed", channel)
-                finally:
-                    self._lock.acquire()
-                    del self._running[channel]
-                    if self._waiting[channel]:
-                        self._ready.append(channel)  # this worker takes it, or the next ready one, at once
-                    else:
-                        del self._waiting[channel], self._events[channel]
-                    self._ended.notify_all()  # only wait() waits on it: the idle workers sleep on
+            if done is not None:
+                del self._running[done.channel]
+                if self._waiting[done.channel]:
+                    self._ready.append(done.channel)  # this worker takes it, or the next ready one, at once
+                else:
+                    del self._waiting[done.channel], self._events[done.channel]
+                self._ended.notify_all()  # only wait() waits on it: the idle workers sleep on
+            self._idle += 1
+            self._lock.wait_for(lambda: self._ready or self.closed, self._linger)
+            self._idle -= 1
+            if not self._ready:
+                self._workers -= 1
+                self._ended.notify_all()  # stop() waits for the workers to be gone
+                return None
+            job = self._waiting[(channel := self._ready.popleft())].popleft()
+            self._events[channel] -= not job.notice
+            self._running[channel] = threading.get_ident()
+            return job
 
 
 # --- The history: one JSON line per outcome, for the agent and its operator ---
@@ -1857,10 +1864,11 @@ class _Files:
         if not last and channels.waiting(event.channel_id, file.name):  # a slow agent's queue gets one of each
             self.history.record("coalesced", event, due, "its previous occurrence is still waiting")
             return
-        run = lambda: self.runner.run(event, due, sig, last)
-        if channels.put(_Job(event.channel_id, run, event), lambda: self.history.record("queued", event, due),
-                        limit=self.down is None):
-            return
+        run, limit = (lambda: self.runner.run(event, due, sig, last)), self.down is None
+        if not limit or channels.room(event.channel_id):  # said before it can start, outside the queues' lock
+            self.history.record("queued", event, due)
+            if channels.put(_Job(event.channel_id, run, event), limit):  # only a submit() can have filled it
+                return
         reason = f"its channel {event.channel_id} already has {channels.max_queued} events waiting"
         if last:  # an immediate's or one-shot's file goes, as a periodic's after its last run
             self._drop(file, "discarded", reason, event, due, notice=("discarded", ""))
@@ -1941,9 +1949,8 @@ class _Files:
     def _queue_notice(self, notice: Event, run_id: str, begin: Callable[[], Event] | None = None) -> None:
         """Queue a notice whose record is written; it waits beside the events, and is never discarded."""
         run = lambda: self.runner.tell_notice(begin() if begin else notice, run_id)
-        due = None if notice.due is None else notice.due.timestamp()
-        self.channels.put(_Job(notice.channel_id, run, notice, notice=True),
-                          lambda: self.history.record("queued", notice, due))
+        self.history.record("queued", notice, None if notice.due is None else notice.due.timestamp())
+        self.channels.put(_Job(notice.channel_id, run, notice, notice=True))
 
     def _cancel(self, file: _File) -> bool:
         """The file was removed or changed: what was scheduled for it goes (True if it was scheduled), and what
@@ -2112,7 +2119,7 @@ class EventsWatcher:
         self.standby = standby
         self.systemd = systemd
         self._history_path = None if history is None else os.fspath(history)
-        self._channels = _Channels(max_queued, spawn or _thread, 0.0 if spawn else 2.0)
+        self._channels = _Channels(max_queued, spawn or _thread, 0.0 if spawn else 2.0)  # a spawned one never lingers
         self._schedule = _Schedule()
         history_log = _History(self._history_path, clock)
         self._lock = _DirectoryLock(self.directory, clock)
