@@ -1438,9 +1438,13 @@ def _note_session(directory: str, run_id: str, name: str, session: int, start: i
     """Add a command's session (its id, and its leader's start time) to its run's record, so that a successor
     stops what is left of it even if it renamed itself and lost its tag."""
     no_create: Callable[[str, int], int] = lambda path, flags: os.open(path, flags & ~os.O_CREAT)
-    with contextlib.suppress(FileNotFoundError), open(_record_path(directory, run_id, name), "a",
-                                                      opener=no_create) as record:
-        record.write(f"{session} {start}\n")  # no record (a function given to submit()): no session to note
+    try:
+        with open(_record_path(directory, run_id, name), "a", opener=no_create) as record:
+            record.write(f"{session} {start}\n")
+    except FileNotFoundError:  # no record (a function given to submit()): no session to note
+        pass
+    except OSError as exc:  # a full disk: the command runs all the same, and a successor finds it by its tag
+        log.error("%s: its command's session cannot be noted: %s", name, exc.strerror or exc)
 
 
 def _open_nonblocking(path: str, flags: int) -> int:
@@ -2177,13 +2181,13 @@ class EventsWatcher:
     def step(self, now: float | None = None, scan: bool = True) -> float | None:
         """One turn of the scheduler, as ``sched.scheduler.run(blocking=False)``: look at the directory, fire
         what is due at ``now`` (default: the clock's).  Unlike ``sched``, it returns the absolute time (on the
-        watcher's clock) when the next firing or retry is due, or None: sleep ``min(poll, due - clock())``."""
+        watcher's clock) when the next firing or retry is due, or None: sleep ``max(0, min(poll, due - clock()))``."""
         if self._lock.fd is None or self._stopping.is_set():
             return None
         now = self.clock() if now is None else now
         changes = list(self._scanner.poll()) if scan else []
         first = self._schedule.next_due()
-        if changes or (first is not None and first <= now) or not self._heartbeat <= now < self._heartbeat + _BEAT:
+        if self._beat(now) or changes or (first is not None and first <= now):
             if not self._still_ours():  # nothing fires once another harness holds the directory
                 return None
             self._lock.mark_alive(now)  # before anything fires: what was due before it had fired
@@ -2192,11 +2196,16 @@ class EventsWatcher:
         for due, name in self._schedule.pop_due(now):
             self._guarded(name, self._files.on_due, due, name, now)
         self._channels.dispatch()
-        if not self._heartbeat <= now < self._heartbeat + _BEAT:
-            self._heartbeat = now
-            if self.systemd and os.environ.get("WATCHDOG_PID", str(os.getpid())) == str(os.getpid()):
-                _sd_notify("WATCHDOG=1")
         return self._schedule.next_due()
+
+    def _beat(self, now: float) -> bool:
+        """Once a second (True): systemd's watchdog hears that this watcher lives, standing by or not."""
+        if self._heartbeat <= now < self._heartbeat + _BEAT:
+            return False
+        self._heartbeat = now
+        if self.systemd and os.environ.get("WATCHDOG_PID", str(os.getpid())) == str(os.getpid()):
+            _sd_notify("WATCHDOG=1")
+        return True
 
     def submit(self, channel_id: str, fn: Callable[[], Any]) -> bool:
         """Run ``fn()`` on the channel's queue, as a user's own message: refused (False) while it is busy."""
@@ -2274,6 +2283,7 @@ class EventsWatcher:
 
     def _run(self) -> None:
         while self._lock.fd is None and not self._stopping.wait(_STANDBY_TRY):
+            self._beat(self.clock())
             try:
                 if not self._lock.take():
                     continue

@@ -2191,6 +2191,20 @@ class SystemdTest(unittest.TestCase):
         self.assertTrue(said[0].startswith("READY=1"))
         self.assertIn("WATCHDOG=1", said)
 
+    def test_a_standby_tells_the_watchdog_it_lives_while_it_waits(self) -> None:
+        d = temp_dir(self)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(d / "notify"))
+        sock.settimeout(5)
+        self.addCleanup(sock.close)
+        env = {"NOTIFY_SOCKET": str(d / "notify"), "WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}
+        with me.EventsWatcher(d / "events", print), unittest.mock.patch.dict(os.environ, env):
+            standby = me.EventsWatcher(d / "events", print, standby=True, systemd=True)
+            standby.start()
+            self.addCleanup(standby.stop, 0)
+            said = [sock.recv(100).decode() for _ in range(3)]  # else systemd would kill it as hung
+        self.assertEqual(said, ["READY=1\nSTATUS=standing by", "WATCHDOG=1", "WATCHDOG=1"])
+
 
 class LockTest(unittest.TestCase):
     def test_one_harness_per_directory_names_the_holder(self) -> None:
@@ -2583,6 +2597,13 @@ class CrashTest(unittest.TestCase):
     def commands(self) -> list[int]:
         """The processes of the commands the harnesses ran (they carry MOM_EVENT_RUN)."""
         return [pid for pid in tagged(self.mark) if b"MOM_EVENT_RUN=" in Path(f"/proc/{pid}/environ").read_bytes()]
+
+    def test_a_session_that_cannot_be_noted_is_said_and_the_command_goes_on(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events" / "run.r1.x.json").mkdir(parents=True)  # in the record's place: EISDIR, as EFBIG would
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            me._note_session(str(d), "r1", "x.json", 500, 1000)
+        self.assertIn("x.json: its command's session cannot be noted", logs.output[0])
 
     def test_a_killed_harness_commands_are_stopped_and_the_run_told_interrupted(self) -> None:
         first = self.harness("--exec", "setsid sleep 300 & sleep 300")
