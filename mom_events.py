@@ -1078,10 +1078,9 @@ class _Schedule:
 # --- The channel queues: one run at a time per channel, at most max_queued waiting ---
 
 
-# While every worker is busy, a new one starts at most this often: a burst of short runs is served by the few
-# there are (10,000 runs on 2,000 channels started 280 threads that then waited on each other: 10 s, not 1),
-# and slow runs still get a worker each within a poll or two.
-_SPAWN_GAP = 0.02
+# A new worker starts only when every running job has run this long (an agent's run takes seconds): quick runs,
+# as in a burst, are passed on by the workers there are, for on the GIL more threads only wait on each other.
+_SPAWN_AFTER = 0.02
 
 
 @dataclass(eq=False, slots=True)
@@ -1111,10 +1110,9 @@ class _Channels:
         self._waiting: dict[str, deque[_Job]] = {}  # a channel is here while it is busy
         self._events: dict[str, int] = {}  # how many of a busy channel's waiting jobs are not notices
         self._ready: deque[str] = deque()  # busy channels with nothing running, in turn
-        self._running: dict[str, int] = {}  # channel -> the thread running its job
+        self._running: dict[str, tuple[int, float]] = {}  # channel -> the thread running its job, since when
         self._idle = 0  # workers waiting for a ready channel
         self._workers = 0
-        self._spawned = -math.inf  # when the last worker was started (monotonic)
         self._held = False  # a start-up queues all it judged runnable before anything runs
         self.closed = False
 
@@ -1150,15 +1148,16 @@ class _Channels:
         self.dispatch()
 
     def dispatch(self) -> None:
-        """See that a ready channel gets a worker: a waiting one, or a new one, paced (called at every poll)."""
+        """See that a ready channel gets a worker: a waiting one, else a new one once no worker is on its way and
+        every running job has run _SPAWN_AFTER (called at every poll, so slow runs get a worker each soon)."""
         with self._lock:
             if self._held or self._idle >= len(self._ready):  # a waiting worker takes it (or none is ready)
                 self._lock.notify(len(self._ready))
                 return
-            if self._workers and time.monotonic() - self._spawned < _SPAWN_GAP:
+            latest = max((since for _, since in self._running.values()), default=-math.inf)
+            if self._workers > self._idle + len(self._running) or time.monotonic() - latest < _SPAWN_AFTER:
                 return
             self._workers += 1
-            self._spawned = time.monotonic()
         self._spawn(self._work)
 
     def submit(self, channel: str, fn: Callable[[], None]) -> bool:
@@ -1204,11 +1203,11 @@ class _Channels:
         """Wait up to ``timeout`` for the running jobs (not the caller's own) and, once closed, for the workers
         to be gone; return the channels still running."""
         me = threading.get_ident()
-        mine: Callable[[], int] = lambda: sum(ident == me for ident in self._running.values())
+        mine: Callable[[], int] = lambda: sum(ident == me for ident, _ in self._running.values())
         with self._lock:
             self._ended.wait_for(lambda: len(self._running) == mine() and not (self.closed and self._workers > mine()),
                                  timeout)
-            return sorted(channel for channel, ident in self._running.items() if ident != me)
+            return sorted(channel for channel, (ident, _) in self._running.items() if ident != me)
 
     def _work(self) -> None:
         """A worker: ready channels' jobs, one at a time, until none has been ready for ``linger`` seconds."""
@@ -1239,7 +1238,7 @@ class _Channels:
                 return None
             job = self._waiting[(channel := self._ready.popleft())].popleft()
             self._events[channel] -= not job.notice
-            self._running[channel] = threading.get_ident()
+            self._running[channel] = threading.get_ident(), time.monotonic()
             return job
 
 
@@ -1393,11 +1392,15 @@ def _still_judged(directory: str, name: str, sig: _Signature) -> bool:
     return False
 
 
-def _record_path(directory: str, run_id: str, name: str) -> str:
-    """DIR/.mom_events/run.ID.NAME: the name says whose record it is before its content does (a file moved
+def _record_name(run_id: str, name: str) -> str:
+    """.mom_events/run.ID.NAME: the name says whose record it is before its content does (a file moved
     there whose record is not yet written); without NAME when the two would be too long a name."""
     record = f"run.{run_id}.{name}"
-    return os.path.join(directory, _RECORDS, record if len(os.fsencode(record)) <= 255 else f"run.{run_id}")
+    return f"{_RECORDS}/{record if len(os.fsencode(record)) <= 255 else f'run.{run_id}'}"
+
+
+def _record_path(directory: str, run_id: str, name: str) -> str:
+    return os.path.join(directory, _record_name(run_id, name))
 
 
 _SEPARATOR = b"\n\0"  # begins a record; what stands before it is the event file moved there (JSON holds no NUL)
@@ -1582,13 +1585,13 @@ class _Runner:
         self.ours = ours  # is the directory's lock still this harness's?
         self.loop: Any = None  # an asyncio loop, for coroutine handlers; set before the first run
 
-    def run(self, event: Event, due: float | None, sig: _Signature, last: bool) -> None:
-        """One occurrence.  It begins only while the lock is this harness's and its file is the one judged; an
-        immediate's or one-shot's file goes as it begins (its record holds what to tell), a periodic's after
-        its ``last`` run."""
+    def run(self, event: Event, due: float | None, shown: datetime | None, sig: _Signature, last: bool) -> None:
+        """One occurrence, ``due`` then (``shown`` in its zone).  It begins only while the lock is this harness's
+        and its file is the one judged; an immediate's or one-shot's file goes as it begins (its record holds
+        what to tell), a periodic's after its ``last`` run."""
         run_id = _new_id()
         late = None if due is None else self.clock() - due
-        event = replace(event, run_id=run_id, late=late if late is not None and late >= 1 else None)
+        event = replace(event, due=shown, run_id=run_id, late=late if late is not None and late >= 1 else None)
         periodic = event.type == "periodic"
         try:
             begun = self.ours() and self._begin(event, sig, run_id)
@@ -1615,11 +1618,11 @@ class _Runner:
         A periodic's file stays, beside a record of its own.  An immediate's or one-shot's goes now: a plain
         file moves into the record's place and the record is appended to it (one write more than 0.2.0's run);
         a link gets a record of its own and goes (its target may be anything by the time a successor looks)."""
-        told = replace(event, type="run", text=event.message)
+        told = Event(event.filename, "run", event.channel_id, event.message, due=event.due)
         if event.type == "periodic":
             return _write_record(self.directory, run_id, told, None) and _still_judged(self.directory, event.filename,
                                                                                    sig)
-        record = _record_path(self.directory, run_id, event.filename)
+        record = _record_name(run_id, event.filename)
         try:
             st = os.lstat(os.path.join(self.directory, event.filename))
             plain = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and record.endswith(event.filename)
@@ -1628,7 +1631,7 @@ class _Runner:
         if not plain:
             return (_write_record(self.directory, run_id, told, (event.filename, sig, None))
                     and _remove_judged(self.directory, event.filename, sig))
-        if not _remove_judged(self.directory, event.filename, sig, os.path.relpath(record, self.directory)):
+        if not _remove_judged(self.directory, event.filename, sig, record):
             return False
         _write_record(self.directory, run_id, told, None, "append")  # unwritten: the file moved there is told
         return True
@@ -1864,11 +1867,11 @@ class _Files:
         """Queue one occurrence (the ``last`` of a file deletes it).  A start-up queues all it judged runnable:
         the queue's limit is for what comes later."""
         assert file.event is not None
-        event, channels, sig = self._delivered(file.event, file.timing, due), self.channels, file.sig
+        event, channels, sig, shown = file.event, self.channels, file.sig, _due_time(due, file.timing)
         if not last and channels.waiting(event.channel_id, file.name):  # a slow agent's queue gets one of each
             self.history.record("coalesced", event, due, "its previous occurrence is still waiting")
             return
-        run, limit = (lambda: self.runner.run(event, due, sig, last)), self.down is None
+        run, limit = (lambda: self.runner.run(event, due, shown, sig, last)), self.down is None
         if not limit or channels.room(event.channel_id):  # said before it can start, outside the queues' lock
             self.history.record("queued", event, due)
             if channels.put(_Job(event.channel_id, run, event), limit):  # only a submit() can have filled it
