@@ -714,8 +714,8 @@ class _Interval(NamedTuple):
 
 @dataclass(slots=True, kw_only=True)
 class _Every(_Timing):
-    """Every so long from ``start``, else from the file's mtime floored to the second (the first run one
-    interval later): a restart keeps the phase, and an ``until`` written as "now + 3 minutes" its last run.
+    """Every so long from ``start``, else from the file's mtime (now, if ahead) floored to the second (the first
+    run one interval later): a restart keeps the phase, and an ``until`` written as "now + 3 minutes" its last run.
     With a ``timezone`` (``wall``: the origin's wall time there), whole days and weeks keep the wall time: run k
     is ``wall`` plus k intervals, read as cron reads a wall time, so a gap never shifts the runs after it.
     Without one, its runs are shown in the user's zone."""
@@ -1782,7 +1782,7 @@ class _Files:
         file.digest, file.event, file.timing = digest, None, None
         try:
             event, parsed, unknown = _parse(data, file.name)
-            timing = _timing(parsed, st.st_mtime, self.zone)
+            timing = _timing(parsed, min(st.st_mtime, now), self.zone)
         except _NeedsCroniter as exc:
             log.error("%s; the file is left in place", exc)
             return
@@ -1792,6 +1792,11 @@ class _Files:
         if unknown:
             log.warning("%s: unknown fields ignored: %s", file.name, ", ".join(unknown))
         file.event, file.timing = event, timing
+        if isinstance(timing, _Every) and timing.first and st.st_mtime > now:  # ahead of the clock: set to now,
+            with contextlib.suppress(OSError):  # so that every later start counts from it too (if it may be set)
+                if _still_judged(self.directory, file.name, sig):  # the file read, not one put in its place since
+                    os.utime(path := os.path.join(self.directory, file.name), (st.st_atime, timing.origin))
+                    file.sig = _signature(os.stat(path))  # as judged: its next read and its runs see no change
         written = st.st_ctime if timing is None else st.st_mtime  # an immediate: when it entered the directory
         written = min(written, now)  # a time ahead of the clock (cp -p, touch -d) counts as now
         self._act(file, _judge(event, written, now, timing, self.down, self.misfire_grace), now)
@@ -2609,7 +2614,7 @@ def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda,
         return False, exc.reason
     except OSError as exc:
         return False, f"cannot be read: {exc.strerror or exc}"
-    timing = _timing(parsed, info.st_mtime, zone)
+    timing = _timing(parsed, min(info.st_mtime, now), zone)  # ahead of the clock: now, as a harness would set it
     entered = info.st_ctime if timing is None else info.st_mtime  # an immediate: when it entered the directory
     verdict = _judge(event, min(entered, now), now, timing, down)
     what = f"{event.type} on channel {event.channel_id}"

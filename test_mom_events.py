@@ -2421,10 +2421,10 @@ class AdversarialFindingsTest(unittest.TestCase):
             second.step(10)  # to T0 + 20
         self.assertEqual([m.split("(due ")[1][11:19] for m in second.run()], ["09:00:20"])
 
-    def test_an_interval_with_an_mtime_ahead_of_the_clock_keeps_its_phase_across_restarts(self) -> None:
+    def test_an_interval_with_an_mtime_ahead_of_the_clock_counts_from_now_across_restarts(self) -> None:
         first = Sim(self).start()
         put(first.dir, "p.json", every("20s"), mtime=T0 + 86400)  # touch -d '+1 day'
-        due = first.step()
+        self.assertEqual(due := first.step(), T0 + 20)  # one interval after now, not a day later
         first.watcher.stop(0)
         second = Sim(self, directory=first.dir, now=T0 + 8).start()
         self.assertEqual(second.step(), due)
@@ -3497,6 +3497,13 @@ class CheckTest(CliCase):
                                  r"next \S+T(08|20):00:00-0[45]:00 ")
         status, lines = self.check(zone="UTC")
         self.assertIn("(09:00 in Europe/Vienna", next(line for line in lines if line.startswith("daily.json")))
+
+    def test_an_interval_with_an_mtime_ahead_of_the_clock_counts_from_now_and_is_left_as_it_is(self):
+        before = self.put("p.json", every("1h"), mtime=T0 + 86400).stat().st_mtime_ns
+        said = me._check_file(str(self.events / "p.json"), "p.json", T0, UTC, [])[1]
+        self.assertEqual(said, "ok: periodic on channel C1, every 1h; next 2030-01-07T10:00:00+00:00 (in 1 hour), "
+                               "2030-01-07T11:00:00+00:00, 2030-01-07T12:00:00+00:00")
+        self.assertEqual((self.events / "p.json").stat().st_mtime_ns, before)
 
     def test_a_one_shot_written_before_its_time_and_seen_after_runs_at_once_late(self):
         now = time.time()
