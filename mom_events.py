@@ -717,8 +717,7 @@ class _Every(_Timing):
     """Every so long from ``start``, else from the file's mtime (now, if ahead) floored to the second (the first
     run one interval later): a restart keeps the phase, and an ``until`` written as "now + 3 minutes" its last run.
     With a ``timezone`` (``wall``: the origin's wall time there), whole days and weeks keep the wall time: run k
-    is ``wall`` plus k intervals, read as cron reads a wall time, so a gap never shifts the runs after it.
-    Without one, its runs are shown in the user's zone."""
+    is ``wall`` plus k intervals, read as cron reads a wall time, so a gap never shifts the runs after it."""
 
     step: int
     days: bool
