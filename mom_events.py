@@ -28,6 +28,7 @@ import argparse
 import bisect
 import calendar
 import contextlib
+import enum
 import errno
 import fcntl
 import heapq
@@ -91,7 +92,7 @@ class Event:
     channel_id: str
     text: str
     at: str | None = None
-    schedule: str | None = None  # a list of crons is joined with " | "
+    schedule: str | tuple[str, ...] | None = None  # a cron expression, or a list of them
     timezone: str | None = None
     every: str | None = None  # an interval, "90m"
     start: str | None = None
@@ -104,11 +105,17 @@ class Event:
     @property
     def message(self) -> str:
         """What the agent is woken with: ``[EVENT:build.json:periodic:every 90m] (due ..., late by ...) text``."""
-        tag = {"one-shot": self.at, "periodic": self.schedule or f"every {self.every}"}.get(self.type)
+        tag = _when(self)
         head = f"[EVENT:{self.filename}:{self.type}" + ("]" if tag is None else f":{tag}]")
         notes = [] if self.due is None or self.type not in TYPES else [f"due {self.due.isoformat(timespec='seconds')}"]
         notes += [] if self.late is None else [f"late by {_duration(self.late)}"]
         return f"{head} ({', '.join(notes)}) {self.text}" if notes else f"{head} {self.text}"
+
+
+def _when(event: Event) -> str | None:
+    """When an event runs, as its tag says: its ``at``, its crons (a list joined by " | "), or ``every 90m``."""
+    crons = [event.schedule] if isinstance(event.schedule, str) else event.schedule or [f"every {event.every}"]
+    return {"one-shot": event.at, "periodic": " | ".join(crons)}.get(event.type)
 
 
 _FIELDS = {"immediate": ("type", "channelId", "text"), "one-shot": ("type", "channelId", "text", "at", "timezone"),
@@ -131,8 +138,8 @@ def parse_event(data: str | bytes, filename: str) -> Event:
     return _parse(data, filename)[0]
 
 
-def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
-    """``parse_event`` for a file of any name (``--check`` reads ``x.json.rejected``), with the keys it ignored."""
+def _parse(data: str | bytes, filename: str) -> tuple[Event, _Timing | _Interval | None, list[str]]:
+    """parse_event for any name (--check reads x.json.rejected), with its timing's parts and the keys it ignored."""
     try:
         if len(data) > MAX_FILE_BYTES:  # a careless or hostile writer's megabyte
             raise ValueError("file is larger than 1 MiB")
@@ -147,7 +154,7 @@ def _parse(data: str | bytes, filename: str) -> tuple[Event, list[str]]:
             raise ValueError(f"invalid JSON: {str(exc).split(';')[0]}") from None
         if not isinstance(obj, dict):
             raise ValueError(f"expected a JSON object, not {_JSON_KIND.get(type(obj), 'null')}")
-        return _event(obj, filename), [key for key in obj if key not in _KNOWN]
+        return *_event(obj, filename), [key for key in obj if key not in _KNOWN]
     except _CronMissing:
         raise _NeedsCroniter(filename, "periodic events with a schedule need croniter (pip install croniter)") from None
     except ValueError as exc:  # every reason below is a plain ValueError, given its file's name here
@@ -160,7 +167,7 @@ def _finite(text: str) -> float:
     return value
 
 
-def _event(obj: dict[str, object], filename: str) -> Event:
+def _event(obj: dict[str, object], filename: str) -> tuple[Event, _Timing | _Interval | None]:
     """The checked Event: keys first (a misspelt one explains what follows), then the values, the timing last."""
     if "for" in obj:
         raise ValueError('"for" is no longer supported: list several schedules in "schedule" instead')
@@ -184,13 +191,10 @@ def _event(obj: dict[str, object], filename: str) -> Event:
         raise ValueError(f"\"channelId\" {_excerpt(channel)!r} {fault} (a chat platform's channel ID has none)")
     given: Callable[[str], str | None] = lambda key: _field(obj, key) or None
     event = Event(filename, kind, channel, _field(obj, "text", required=True), at=given("at"), until=given("until"),
-                  schedule=given("schedule"), timezone=given("timezone"), every=given("every"), start=given("start"),
+                  schedule=_schedule(obj), timezone=given("timezone"), every=given("every"), start=given("start"),
                   catch_up=flag if isinstance(flag := obj.get("catchUp", False), bool) else _field(obj, "catchUp"))
-    if event.timezone is not None:
-        _zone(event.timezone)
-    if kind != "immediate":  # the timing, last: it may need croniter
-        (_at if kind == "one-shot" else _check_periodic)(event)
-    return event
+    make = {"one-shot": _at, "periodic": _periodic}.get(kind)  # the timing, last: it may need croniter
+    return event, make and make(event, None if event.timezone is None else _zone(event.timezone))
 
 
 def _channel_fault(channel: str) -> str | None:
@@ -220,7 +224,7 @@ def _field(obj: dict[str, object], key: str, required: bool = False) -> str:
     if key == "schedule" and isinstance(value, list) and crons is value:
         if len(value) > 20:
             raise ValueError(f'"schedule" lists {len(value)} expressions (at most 20)')
-        value = " | ".join(value)  # as the cron part reads a list
+        value = " | ".join(value)
     if not isinstance(value, str):
         raise ValueError(f'"{key}" must be {_ALLOWED.get(key, "a string")}, not {_JSON_KIND.get(type(value), "null")}')
     if key in obj and not value.strip():
@@ -230,22 +234,31 @@ def _field(obj: dict[str, object], key: str, required: bool = False) -> str:
     return value if key == "text" else sys.intern(value)  # 10,000 files on one schedule keep one copy of it
 
 
-def _check_periodic(event: Event) -> None:
-    schedule, every, zone = event.schedule, event.every, event.timezone
+def _schedule(obj: dict[str, object]) -> str | tuple[str, ...] | None:
+    """One cron expression, or a list of them as a tuple."""
+    joined = _field(obj, "schedule") or None
+    return tuple(map(sys.intern, crons)) if joined and isinstance(crons := obj["schedule"], list) else joined
+
+
+def _periodic(event: Event, own: ZoneInfo | None) -> _Timing | _Interval:
+    """A periodic event's timing, checked: a cron's, or an interval's as far as its file says (see _Every)."""
+    schedule, every = event.schedule, event.every
     if (schedule is None) == (every is None):
         raise ValueError('give "schedule" (cron, with "timezone") or "every" (an interval such as "90m"), not both')
-    if schedule is not None and zone is None:  # a cron needs its zone; an interval may have one (see _Every)
+    if schedule is not None and own is None:  # a cron needs its zone; an interval may have one (see _Every)
         raise ValueError('missing field "timezone" (an IANA name such as Europe/Vienna)')
-    if every is not None:
-        _keyed("every", _seconds, every)
-    instant = lambda text: _instant(text, _zone(zone) if zone else None)
-    start = -math.inf if event.start is None else _keyed("start", instant, event.start)
-    if event.until is not None and _keyed("until", instant, event.until) < start:
+    step = 0 if every is None else _keyed("every", _seconds, every)
+    instant = lambda text: _instant(text, own)
+    start, given = (-math.inf, None) if event.start is None else _keyed("start", instant, event.start)
+    if (until := math.inf if event.until is None else _keyed("until", instant, event.until)[0]) < start:
         raise ValueError(f'"until" {event.until!r} is before "start" {event.start!r}')
-    if isinstance(event.catch_up, str):
-        _keyed("catchUp", _seconds, event.catch_up)
-    if schedule is not None and zone is not None:
-        _cron(schedule, zone)  # its reasons name the schedule: "bad schedule '0 9 * *': expected 5 fields ..."
+    reach = _catch_up(event)
+    if schedule is not None and own is not None:  # its reasons name the schedule: "bad schedule '0 9 * *': ..."
+        cron = _cron((schedule,) if isinstance(schedule, str) else schedule, own.key)
+        return _OnCron(own, start, until, reach, cron=cron)
+    days = re.search("[1-9][0-9]*[hms]", every or "") is None  # whole weeks and days: no hours, minutes, seconds
+    wall = given if given and not given.tzinfo else None  # a wall time is kept, skipped or not
+    return _Interval(step, days, own, start, until, wall, reach)
 
 
 def _keyed(key: str, read: Callable[[str], _T], value: str) -> _T:
@@ -279,7 +292,7 @@ def _seconds(text: str) -> int:
 
 def _catch_up(event: Event) -> float | None:
     """How late a missed run is still run: None not at all, math.inf however late, else within so many seconds."""
-    return float(_seconds(event.catch_up)) if isinstance(event.catch_up, str) else math.inf if event.catch_up else None
+    return float(_keyed("catchUp", _seconds, c)) if isinstance(c := event.catch_up, str) else math.inf if c else None
 
 
 def _read_iso(text: str) -> datetime:
@@ -293,28 +306,30 @@ def _read_iso(text: str) -> datetime:
     return when
 
 
-def _instant(text: str, zone: ZoneInfo | None = None) -> float:
-    """An instant with its offset (as written: unlike "at", not checked against ``zone``), or wall time in ``zone``."""
+def _instant(text: str, zone: ZoneInfo | None = None) -> tuple[float, datetime]:
+    """An instant with its offset (as written: unlike "at", not checked against ``zone``), or wall time in ``zone``;
+    and the date-time as written."""
     if (when := _read_iso(text)).utcoffset() is None:  # as the host's local time, it would vary with the host
         if zone is None:
             raise ValueError(f'has no UTC offset: {_excerpt(text)!r} (add one, e.g. +01:00, or give "timezone")')
-        return _wall(when, zone)[0]
-    return when.timestamp()
+        return _wall(when, zone)[0], when
+    return when.timestamp(), when
 
 
-def _at(event: Event) -> tuple[float, str | None]:
-    """A one-shot's instant, and what daylight saving did to its wall time (or None); ValueError why not."""
+def _at(event: Event, own: ZoneInfo | None) -> _Once:
+    """A one-shot's timing: its instant, and what daylight saving did to its wall time; ValueError why not."""
     at, name = event.at, event.timezone
     if at is None:
         raise ValueError('missing field "at" (ISO 8601 with an offset, such as 2027-12-15T09:00:00+01:00)')
     if (when := _keyed("at", _read_iso, at)).utcoffset() is None:
-        if name is None:
+        if own is None:
             raise ValueError(f'"at" has no UTC offset: {_excerpt(at)!r} (add one, e.g. +01:00, or give "timezone")')
-        return _wall(when, _zone(name))
-    if name is not None and (there := when.astimezone(_zone(name))).utcoffset() != when.utcoffset():
+        instant, note = _wall(when, own)
+        return _Once(own, at=instant, note=note)
+    if own is not None and (there := when.astimezone(own)).utcoffset() != when.utcoffset():
         offsets = (when.isoformat(timespec="seconds")[19:], there.isoformat(timespec="seconds")[19:])
         raise ValueError(f'"at" {at!r} has offset {offsets[0]}, but {name} is at {offsets[1]} then')
-    return when.timestamp(), None
+    return _Once(own or when.tzinfo or UTC, at=when.timestamp(), note=None)
 
 
 def _wall(naive: datetime, zone: ZoneInfo) -> tuple[float, str | None]:
@@ -572,14 +587,14 @@ def _transitions(zone: ZoneInfo, day: int) -> tuple[int, ...]:
 
 
 class _Cron:
-    """A schedule in its zone, checked once: the union of its " | "-joined patterns' runs (each pass its own)."""
+    """A schedule in its zone, checked once: the union of its patterns' runs (each pass its own)."""
 
-    def __init__(self, schedule: str, timezone: str) -> None:
+    def __init__(self, schedule: tuple[str, ...], timezone: str) -> None:
         self.zone = _zone(timezone)
-        if len(schedule) > 1000:  # the cache holds what it is given: a valid one could be a megabyte of spaces
-            raise ValueError(f"the schedule is {len(schedule)} characters long (at most 1000)")
+        if (length := sum(map(len, schedule))) > 1000:  # the cache holds what it is given: a megabyte of spaces?
+            raise ValueError(f"the schedule is {length} characters long (at most 1000)")
         self.patterns: list[_Pattern] = []
-        for text in schedule.split(" | "):
+        for text in schedule:
             try:
                 self.patterns.append(_Pattern(text))
             except ValueError as exc:
@@ -589,7 +604,7 @@ class _Cron:
         except ImportError:
             raise _CronMissing("periodic events need croniter (pip install croniter)") from None
         # croniter: the time of day; the module: days, months, years (cron(8)'s day rule, croner's L W #, any year)
-        for text, pattern in zip(schedule.split(" | "), self.patterns, strict=True):
+        for text, pattern in zip(schedule, self.patterns, strict=True):
             pattern.clock = croniter(pattern.times, datetime(2001, 1, 1), second_at_beginning=True)
             if pattern.match_after(datetime(2001, 1, 1)) is None:
                 raise ValueError(f"bad schedule {_excerpt(text)!r}: it never fires")
@@ -618,13 +633,14 @@ def _next_run(cron: _Cron, second: int) -> float | None:
     return min((r for p in cron.patterns if (r := p.next_after(cron.zone, second)) is not None), default=None)
 
 
-def next_fire(schedule: str, timezone: str, after: datetime) -> datetime:
-    """The first run of ``schedule`` in ``timezone`` strictly after the aware ``after``; ValueError if none."""
+def next_fire(schedule: str | Iterable[str], timezone: str, after: datetime) -> datetime:
+    """The first run of ``schedule`` (or of a list: their union) in ``timezone`` strictly after the aware ``after``;
+    ValueError if none."""
     if after.utcoffset() is None:
         raise ValueError("next_fire needs an aware datetime for 'after'")
-    cron = _cron(schedule, timezone)
+    cron = _cron(crons := (schedule,) if isinstance(schedule, str) else tuple(schedule), timezone)
     if (run := cron.next_after(after.timestamp())) is None:
-        raise ValueError(f"{_excerpt(schedule)!r} has no run after {after.isoformat()}")
+        raise ValueError(f"{_excerpt(' | '.join(crons))!r} has no run after {after.isoformat()}")
     return datetime.fromtimestamp(run, cron.zone)
 
 
@@ -638,15 +654,14 @@ _TAKEOVER = 5.0
 _COARSE = 2.0
 
 
+@dataclass(slots=True)  # one a file: 10,000 of them
 class _Timing:
     """When a scheduled event's occurrences fall, bounded by its ``start`` and ``until``."""
 
-    __slots__ = ("zone", "start", "until")  # one a file: 10,000 of them
-
-    def __init__(self, zone: tzinfo, start: float = -math.inf, until: float = math.inf) -> None:
-        self.zone = zone  # in which an occurrence's due time is shown
-        self.start = start
-        self.until = until
+    zone: tzinfo  # in which an occurrence's due time is shown
+    start: float = -math.inf
+    until: float = math.inf
+    catch_up: float | None = None  # a periodic's: how late a missed run still runs (see _catch_up)
 
     def next_after(self, t: float) -> float | None:
         """The first occurrence strictly after ``t``, or None when none is left."""
@@ -661,13 +676,10 @@ class _Timing:
         return []
 
 
+@dataclass(slots=True, kw_only=True)
 class _Once(_Timing):
-    __slots__ = ("at", "note")
-
-    def __init__(self, at: float, note: str | None, zone: tzinfo) -> None:
-        super().__init__(zone)
-        self.at = at
-        self.note = note
+    at: float
+    note: str | None
 
     def _next(self, t: float) -> float | None:
         return self.at if self.at > t else None
@@ -676,12 +688,9 @@ class _Once(_Timing):
         return [self.note] if self.note and self.at > now else []
 
 
+@dataclass(slots=True, kw_only=True)
 class _OnCron(_Timing):
-    __slots__ = ("cron",)
-
-    def __init__(self, schedule: str, timezone: str, start: float, until: float) -> None:
-        super().__init__(_zone(timezone), start, until)
-        self.cron = _cron(schedule, timezone)
+    cron: _Cron
 
     def _next(self, t: float) -> float | None:
         return self.cron.next_after(t)
@@ -690,22 +699,31 @@ class _OnCron(_Timing):
         return self.cron.notes(max(now, self.start), self.until)
 
 
+class _Interval(NamedTuple):
+    """An ``every`` as its file says it: ``step`` seconds, ``days`` if whole days and weeks, ``wall``: a
+    ``start`` written as wall time in the ``own`` zone."""
+
+    step: int
+    days: bool
+    own: ZoneInfo | None
+    start: float
+    until: float
+    wall: datetime | None
+    catch_up: float | None
+
+
+@dataclass(slots=True, kw_only=True)
 class _Every(_Timing):
-    """Every so long from ``start``, else from the file's mtime floored to the second (the first run one
-    interval later): a restart keeps the phase, and an ``until`` written as "now + 3 minutes" its last run.
+    """Every so long from ``start``, else from the file's mtime (now, if ahead) floored to the second (the first
+    run one interval later): a restart keeps the phase, and an ``until`` written as "now + 3 minutes" its last run.
     With a ``timezone`` (``wall``: the origin's wall time there), whole days and weeks keep the wall time: run k
     is ``wall`` plus k intervals, read as cron reads a wall time, so a gap never shifts the runs after it."""
 
-    __slots__ = ("step", "origin", "first", "wall", "days")
-
-    def __init__(self, every: str, origin: float, first: int, zone: tzinfo, start: float, until: float,
-                 wall: datetime | None = None) -> None:
-        super().__init__(zone, start, until)
-        self.step = _seconds(every)
-        self.origin = origin
-        self.first = first
-        self.wall = wall
-        self.days = re.search("[1-9][0-9]*[hms]", every) is None  # whole weeks and days: no hours, minutes, seconds
+    step: int
+    days: bool
+    origin: float
+    first: int
+    wall: datetime | None
 
     def _next(self, t: float) -> float | None:
         k = max(self.first, math.floor((t - self.origin) / self.step) + 1)
@@ -751,31 +769,16 @@ class _Every(_Timing):
                                        f"counts elapsed time; add `timezone` to keep {was}"]
 
 
-def _timing(event: Event, mtime: float, user_zone: tzinfo) -> _Timing | None:
-    """The timing of a one-shot or periodic event; None for an immediate (or a notice)."""
-    make = _TIMINGS.get(event.type)
-    return None if make is None else make(event, mtime, user_zone)
-
-
-def _one_shot_timing(event: Event, mtime: float, user_zone: tzinfo) -> _Timing:
-    at, note = _at(event)
-    zone = _zone(event.timezone) if event.timezone else datetime.fromisoformat(event.at or "").tzinfo
-    return _Once(at, note, zone or user_zone)
-
-
-def _periodic_timing(event: Event, mtime: float, user_zone: tzinfo) -> _Timing:
-    own = _zone(event.timezone) if event.timezone else None
-    start = _instant(event.start, own) if event.start else -math.inf
-    until = _instant(event.until, own) if event.until else math.inf
-    if event.schedule is not None:
-        return _OnCron(event.schedule, event.timezone or "", start, until)
-    origin, first = (start, 0) if event.start else (float(math.floor(mtime)), 1)
-    given = datetime.fromisoformat(event.start) if event.start else None  # a wall time is kept, skipped or not
-    wall = given if given and not given.tzinfo else datetime.fromtimestamp(origin, own).replace(tzinfo=None)
-    return _Every(event.every or "", origin, first, own or user_zone, start, until, wall if own else None)
-
-
-_TIMINGS = {"one-shot": _one_shot_timing, "periodic": _periodic_timing}
+def _timing(parsed: _Timing | _Interval | None, mtime: float, user_zone: tzinfo) -> _Timing | None:
+    """A file's timing from what its parser made (None: an immediate's): whole, but for an interval, which
+    needs what the parser does not know, the file's mtime and the user's zone."""
+    if not isinstance(parsed, _Interval):
+        return parsed
+    own, start = parsed.own, parsed.start
+    origin, first = (start, 0) if start > -math.inf else (float(math.floor(mtime)), 1)
+    there = None if own is None else datetime.fromtimestamp(origin, own).replace(tzinfo=None)
+    return _Every(own or user_zone, start, parsed.until, parsed.catch_up, step=parsed.step, days=parsed.days,
+                  origin=origin, first=first, wall=parsed.wall or there)
 
 
 class _Downtime(NamedTuple):
@@ -788,13 +791,23 @@ class _Downtime(NamedTuple):
     start: float
 
 
+class _Outcome(enum.StrEnum):
+    """What becomes of a valid file now; one that drops the file is what its history records."""
+
+    RUN = enum.auto()  # at once: the occurrence ``due``, then ``next_due``
+    SCHEDULE = enum.auto()  # at ``due``
+    STALE = enum.auto()  # an immediate written while no harness ran
+    MISSED = enum.auto()  # a one-shot that fell due while no harness ran
+    ENDED = enum.auto()  # a periodic whose last run went by while no harness ran
+    INVALID = enum.auto()  # written after its time: the writer's mistake
+
+
 @dataclass(frozen=True)
 class _Verdict:
-    """What becomes of a valid file now: ``run`` at once (the occurrence ``due``, then ``next_due``), ``schedule``
-    at ``due``, or ``stale``, ``missed``, ``ended``, ``invalid``, with the ``reason`` that is logged and told;
-    ``skipped``: the occurrence a start-up did not catch up."""
+    """What becomes of a valid file now, with the ``reason`` that is logged and told; ``skipped``: the occurrence
+    a start-up did not catch up."""
 
-    outcome: str
+    outcome: _Outcome
     due: float | None = None
     next_due: float | None = None
     reason: str = ""
@@ -810,30 +823,30 @@ def _judge(event: Event, written: float, now: float, timing: _Timing | None,
     if timing is None:
         held = max(alive, -math.inf if down is None or down.held is None else down.held)
         if down is not None and held + _COARSE < written < down.start - _COARSE:
-            return _Verdict("stale", reason="it was written while no harness was running")
-        return _Verdict("run")
+            return _Verdict(_Outcome.STALE, reason="it was written while no harness was running")
+        return _Verdict(_Outcome.RUN)
     # a clock stepped back: no periodic occurrence again; a one-shot still here never ran (its file goes as it runs)
     following = timing.next_after(now if isinstance(timing, _Once) else max(now, alive))
     first = timing.next_after(written) if following is None or isinstance(timing, _Once) else following
     if first is None:  # a one-shot written at or after its time, a periodic after its last run
-        return _Verdict("invalid", reason=_written_late(event, timing, now))
+        return _Verdict(_Outcome.INVALID, reason=_written_late(event, timing, now))
     # a periodic's latest occurrence since the last sign of life: it runs late, or it was skipped
     missed = None if isinstance(timing, _Once) or down is None or down.alive is None else \
         _latest(timing, max(alive, written), now)
-    late = _late_run(event, timing, now, down, misfire_grace, written, missed)
+    late = _late_run(timing, now, down, misfire_grace, written, missed)
     if late is not None:
-        return _Verdict("run", late, following)
+        return _Verdict(_Outcome.RUN, late, following)
     if isinstance(timing, _Once):
         if following is not None:
-            return _Verdict("schedule", following)
-        return _Verdict("missed", first, reason=_missed_reason(timing, first, down or _Downtime(None, None, now)))
+            return _Verdict(_Outcome.SCHEDULE, following)
+        return _Verdict(_Outcome.MISSED, first, reason=_missed_reason(timing, first, down))
     if following is not None:
-        return _Verdict("schedule", following, skipped=missed)
-    return _Verdict("ended", reason="it has no run left", skipped=missed)
+        return _Verdict(_Outcome.SCHEDULE, following, skipped=missed)
+    return _Verdict(_Outcome.ENDED, reason="it has no run left", skipped=missed)
 
 
-def _late_run(event: Event, timing: _Timing, now: float, down: _Downtime | None, grace: float,
-              since: float, missed: float | None = None) -> float | None:
+def _late_run(timing: _Timing, now: float, down: _Downtime | None, grace: float, since: float,
+              missed: float | None = None) -> float | None:
     """The occurrence that runs late at a start-up, if one does: the latest that fell due since the last
     sign of life (``missed``; a one-shot: since it was written) and is within the takeover's reach,
     ``misfire_grace`` or the file's ``catchUp``.  What was due before the last sign of life was still
@@ -850,7 +863,7 @@ def _late_run(event: Event, timing: _Timing, now: float, down: _Downtime | None,
         return _latest(timing, max(since, now - _TAKEOVER), now)
     if down.alive is None or missed is None:  # first start: nothing is caught up
         return None
-    reach = max(grace, _catch_up(event) or 0.0)
+    reach = max(grace, timing.catch_up or 0.0)
     return missed if missed - down.alive <= _TAKEOVER or now - missed <= reach else None
 
 
@@ -874,12 +887,12 @@ def _written_late(event: Event, timing: _Timing, now: float) -> str:
     return f"it was written after its last run (it is now {_iso(now, timing.zone)})"
 
 
-def _missed_reason(timing: _Timing, due: float, down: _Downtime) -> str:
+def _missed_reason(timing: _Timing, due: float, down: _Downtime | None) -> str:
     return f"it was due at {_iso(due, timing.zone)} while no harness was running{_between(down, timing.zone)}"
 
 
-def _between(down: _Downtime, zone: tzinfo | None) -> str:
-    return "" if down.alive is None else f" (from {_iso(down.alive, zone)} to {_iso(down.start, zone)})"
+def _between(down: _Downtime | None, zone: tzinfo | None) -> str:
+    return "" if down is None or down.alive is None else f" (from {_iso(down.alive, zone)} to {_iso(down.start, zone)})"
 
 
 def _iso(t: float, zone: tzinfo | None) -> str:
@@ -1783,8 +1796,8 @@ class _Files:
         file.sig = file.sig if sig == file.sig else sig  # the scanner's own: one copy of it for 10,000 files
         file.digest, file.event, file.timing = digest, None, None
         try:
-            event, unknown = _parse(data, file.name)
-            timing = _timing(event, st.st_mtime, self.zone)
+            event, parsed, unknown = _parse(data, file.name)
+            timing = _timing(parsed, min(st.st_mtime, now), self.zone)
         except _NeedsCroniter as exc:
             log.error("%s; the file is left in place", exc)
             return
@@ -1794,6 +1807,11 @@ class _Files:
         if unknown:
             log.warning("%s: unknown fields ignored: %s", file.name, ", ".join(unknown))
         file.event, file.timing = event, timing
+        if isinstance(timing, _Every) and timing.first and st.st_mtime > now:  # ahead of the clock: set to now,
+            with contextlib.suppress(OSError):  # so that every later start counts from it too (if it may be set)
+                if _still_judged(self.directory, file.name, sig):  # the file read, not one put in its place since
+                    os.utime(path := os.path.join(self.directory, file.name), (st.st_atime, timing.origin))
+                    file.sig = _signature(os.stat(path))  # as judged: its next read and its runs see no change
         written = st.st_ctime if timing is None else st.st_mtime  # an immediate: when it entered the directory
         written = min(written, now)  # a time ahead of the clock (cp -p, touch -d) counts as now
         self._act(file, _judge(event, written, now, timing, self.down, self.misfire_grace), now)
@@ -1811,22 +1829,22 @@ class _Files:
         assert event is not None
         if verdict.skipped is not None and timing is not None:
             self._skipped(file.name, event, timing, verdict.skipped, verdict.due)
-        if verdict.outcome == "run":
+        if verdict.outcome is _Outcome.RUN:
             if verdict.next_due is not None:
                 self.schedule.push(verdict.next_due, file.name)
             self._queue(file, verdict.due, now, last=verdict.next_due is None)
-        elif verdict.outcome == "schedule":
+        elif verdict.outcome is _Outcome.SCHEDULE:
             self.schedule.push(verdict.due or now, file.name)
-        elif verdict.outcome == "invalid":
+        elif verdict.outcome is _Outcome.INVALID:
             self._reject(file, verdict.reason, event)
-        elif verdict.outcome == "missed":
+        elif verdict.outcome is _Outcome.MISSED:
             told = (f"This one-shot did not run: {verdict.reason}, and its file was deleted. It was: "
                     f"{self._delivered(event, timing, verdict.due).message}")
             self._drop(file, "missed", verdict.reason, event, verdict.due, notice=("missed", told))
-        elif verdict.outcome == "stale":
+        elif verdict.outcome is _Outcome.STALE:
             self._drop(file, "stale", verdict.reason, event, notice=("stale", ""))
-        else:  # ended: a periodic's last run went by while no harness ran
-            self._drop(file, verdict.outcome, verdict.reason, event)
+        elif verdict.outcome is _Outcome.ENDED:
+            self._drop(file, "ended", verdict.reason, event)
 
     def _reject(self, file: _File, reason: str, event: Event) -> None:
         """Rename a bad file to NAME.json.rejected and tell the agent why on its channel, if it has one."""
@@ -1839,7 +1857,7 @@ class _Files:
         down = self.down or _Downtime(None, None, due)
         reason = f"it fell due at {_iso(due, timing.zone)} while no harness was running{_between(down, timing.zone)}"
         self.history.record("skipped", event, due, reason)
-        if (reach := _catch_up(event)) is None or not self.notify:
+        if (reach := timing.catch_up) is None or not self.notify:
             return
         then = f"The file stays; its next run is at {_iso(following, timing.zone)}." if following is not None else \
             "It had no run left: the file was deleted."
@@ -1929,7 +1947,7 @@ class _Files:
             heads = {"discarded": f"{{count}} did not run: the channel already had {self.channels.max_queued} events "
                                   "waiting, so {was} discarded.",
                      "stale": "{count} did not run: {was} written while no harness was running"
-                              f"{_between(self.down, self.zone) if self.down else ''}, and deleted unrun."}
+                              f"{_between(self.down, self.zone)}, and deleted unrun."}
             gathered = _Gathered(kind, event.channel_id, heads[kind], event.filename, due)
             gathered.add(event.filename, event.text)
             self._gathered[key] = gathered
@@ -2565,7 +2583,7 @@ class _Handler:
     def _run(self, command: str, event: Event) -> None:
         run_id = event.run_id or os.urandom(8).hex()  # a handler called outside a watcher's run has no id
         env = {**os.environb, b"MOM_EVENT_RUN": run_id.encode()}
-        when = event.at or event.schedule or (f"every {event.every}" if event.every else event.type)
+        when = _when(event) or event.type
         fields = {"FILE": event.filename, "TYPE": event.type, "CHANNEL": event.channel_id, "TEXT": event.text,
                   "MESSAGE": event.message, "SCHEDULE": when, "DUE": event.due.isoformat() if event.due else ""}
         for key, value in fields.items():  # a lone surrogate (JSON allows "\ud800") spelt out, as UTF-8 cannot hold it
@@ -2631,37 +2649,37 @@ def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda,
         if not stat.S_ISREG(info.st_mode):
             return False, "ignored: not a regular file"
         with open(path, "rb") as file:  # a draft of any name is parsed as an event
-            event, unknown = _parse(file.read(MAX_FILE_BYTES + 1), name if name.endswith(".json") else "draft.json")
+            event, parsed, unknown = _parse(file.read(MAX_FILE_BYTES + 1),
+                                            name if name.endswith(".json") else "draft.json")
     except EventError as exc:
         return False, exc.reason
     except OSError as exc:
         return False, f"cannot be read: {exc.strerror or exc}"
-    timing = _timing(event, info.st_mtime, zone)
+    timing = _timing(parsed, min(info.st_mtime, now), zone)  # ahead of the clock: now, as a harness would set it
     entered = info.st_ctime if timing is None else info.st_mtime  # an immediate: when it entered the directory
     verdict = _judge(event, min(entered, now), now, timing, down)
     what = f"{event.type} on channel {event.channel_id}"
     notes = [f"unknown fields are ignored: {', '.join(map(json.dumps, unknown))}"] if unknown else []
-    if verdict.outcome not in ("run", "schedule"):
+    if verdict.outcome not in (_Outcome.RUN, _Outcome.SCHEDULE):
         return False, "; ".join([f"{what}: {verdict.reason}", "it will not run", *notes])
     if timing is None:
         return True, "; ".join([f"ok: {what}, runs on arrival", *notes])
-    late = verdict.outcome == "run"
+    late = verdict.outcome is _Outcome.RUN
     first = verdict.next_due if late else verdict.due
     said = [what, f"runs at once, late by {_duration(now - (verdict.due or now))}"] if late else [what]
     if event.at is not None and first is not None:
         said.append(f"at {_shown(first, now, zone, timing.zone)}")
-        mine, written = datetime.fromtimestamp(first, zone), datetime.fromisoformat(event.at)
+        mine, written = datetime.fromtimestamp(first, zone), datetime.fromtimestamp(first, timing.zone)
         if event.timezone is None and written.utcoffset() != mine.utcoffset():  # a date past a clock change
             offsets = (written.isoformat(timespec="seconds")[19:], mine.isoformat(timespec="seconds")[19:])
             notes.append(f"the offset {offsets[0]} is not {zone}'s on {mine.date()} ({offsets[1]}): runs at "
                          f"{mine.strftime('%H:%M:%S').removesuffix(':00')} there")
     elif event.at is None:  # a periodic event: its schedule, its flags in words, its next three runs
-        said.append((f"every {event.every}" if event.every else f"{event.schedule}") + (
-            f" in {event.timezone}" if event.timezone else ""))
+        said.append(f"{_when(event)}" + (f" in {event.timezone}" if event.timezone else ""))
         for word, key, when in (("from", "start", timing.start), ("until", "until", timing.until)):
             if math.isfinite(when):
                 said.append(f"{word} {_shown(when, None, zone, timing.zone, key)}")
-        if (reach := _catch_up(event)) is not None:
+        if (reach := timing.catch_up) is not None:
             within = "" if math.isinf(reach) else f" at most {_duration(reach)} late"
             said.append(f"catches up one missed run{within} (catchUp)")
         runs = enumerate(itertools.islice(_runs(timing, first), 3))

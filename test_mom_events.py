@@ -86,13 +86,14 @@ def file_of(kind: str = "immediate", **fields: object) -> str:
 
 def parse_ignoring(data: str | bytes, name: str = "x.json") -> tuple[Event, list[str]]:
     """The event and the keys it ignored (bots add their own; the watcher logs them once)."""
-    return me._parse(data, name)
+    event, _, ignored = me._parse(data, name)
+    return event, ignored
 
 
 def at_and_note(**fields: object) -> tuple[str, str | None]:
     """A one-shot's instant (ISO, in UTC) and its daylight saving note, as the timing part reads them."""
-    instant, note = me._at(parse_event(file_of("one-shot", **fields), "w.json"))
-    return datetime.fromtimestamp(instant, UTC).isoformat(), note
+    once = me._parse(file_of("one-shot", **fields), "w.json")[1]
+    return datetime.fromtimestamp(once.at, UTC).isoformat(), once.note
 
 
 class ParseErrorMixin(unittest.TestCase):
@@ -227,9 +228,10 @@ class ParseEventTest(ParseErrorMixin):
         start = "2030-01-01T09:00:00+00:00"
         self.assertEqual(parse_event(file_of("periodic", start=start, until=start), "p.json").until, start)
         for value, reach in ((True, math.inf), (False, None), ("1d", 86400.0), ("90m", 5400.0)):
-            self.assertEqual(me._catch_up(parse_event(file_of("periodic", catchUp=value), "c.json")), reach)
+            self.assertEqual(me._timing(me._parse(file_of("periodic", catchUp=value), "c.json")[1], 0, UTC).catch_up,
+                             reach)
         twenty = [f"{minute} 9 * * *" for minute in range(20)]
-        self.assertEqual(parse_event(file_of("periodic", schedule=twenty), "l.json").schedule, " | ".join(twenty))
+        self.assertEqual(parse_event(file_of("periodic", schedule=twenty), "l.json").schedule, tuple(twenty))
         self.assertEqual(self.reason(file_of("periodic", schedule=[*twenty, "0 10 * * *"])),
                          '"schedule" lists 21 expressions (at most 20)')
         for joined in (" | ".join(twenty * 2), [*twenty[:19], "0 10 * * * | 0 11 * * *"]):  # not past the limit
@@ -294,7 +296,7 @@ class ParseEventTest(ParseErrorMixin):
         self.assertEqual(at_and_note(at="2027-03-28T12:00:00Z"), ("2027-03-28T12:00:00+00:00", None))
         self.assertEqual(self.reason(file_of("one-shot", at="2027-03-28T12:00:00+01:00", **vienna)),
                          "\"at\" '2027-03-28T12:00:00+01:00' has offset +01:00, but Europe/Vienna is at +02:00 then")
-        self.assertEqual(me._instant("2027-03-28T12:00:00+01:00"), utc(2027, 3, 28, 11).timestamp())
+        self.assertEqual(me._instant("2027-03-28T12:00:00+01:00")[0], utc(2027, 3, 28, 11).timestamp())
 
     def test_instants_beyond_what_every_zone_can_show_are_out_of_range(self):
         for at, zone in (("0001-01-01T00:00:00+01:00", None), ("9999-12-31T23:59:59-01:00", None),
@@ -545,7 +547,7 @@ def cron_runs(schedule, after, count, zone="Europe/Vienna"):
 
 
 def cron_notes(schedule, zone, now):
-    return me._cron(schedule, zone).notes(now.timestamp())
+    return me._cron((schedule,) if isinstance(schedule, str) else tuple(schedule), zone).notes(now.timestamp())
 
 
 def cron_transitions(zone, year):
@@ -844,9 +846,9 @@ class CronTest(unittest.TestCase):
     def test_without_croniter_a_valid_schedule_says_so_and_a_bad_one_is_still_bad(self):
         with mock.patch.dict(sys.modules, {"croniter": None}):
             with self.assertRaisesRegex(me._CronMissing, r"^periodic events need croniter \(pip install croniter\)$"):
-                next_fire("0 9 * * 1 | 1 2 3 4 5", "UTC", utc(2025, 1, 1))
-            self.assertBad("0 9 * * funday | 1 2 3 4 5", "funday")
-        self.assertEqual(next_fire("0 9 * * 1 | 1 2 3 4 5", "UTC", utc(2025, 1, 1)), utc(2025, 1, 6, 9))
+                next_fire(["0 9 * * 1", "1 2 3 4 5"], "UTC", utc(2025, 1, 1))
+            self.assertBad(["0 9 * * funday", "1 2 3 4 5"], "funday")
+        self.assertEqual(next_fire(["0 9 * * 1", "1 2 3 4 5"], "UTC", utc(2025, 1, 1)), utc(2025, 1, 6, 9))
 
     def test_fields_names_macros_and_steps(self):
         start = utc(2025, 1, 1, 0, 30)
@@ -1024,7 +1026,7 @@ class CronDaylightSavingTest(unittest.TestCase):
 
 
 class CronListTest(unittest.TestCase):
-    """A schedule joined with " | " runs the union of its members' runs, once an instant."""
+    """A list of schedules runs the union of its members' runs, once an instant."""
 
     def test_the_union_against_the_reference_on_random_pairs(self):
         rng = random.Random(13)
@@ -1033,26 +1035,29 @@ class CronListTest(unittest.TestCase):
             expected = [run for member in members if (run := cron_ref_next(member, zone, after)) is not None]
             with self.subTest(members=members, zone=zone, after=after):
                 if expected:
-                    self.assertEqual(next_fire(" | ".join(members), zone, after).astimezone(UTC), min(expected))
+                    self.assertEqual(next_fire(members, zone, after).astimezone(UTC), min(expected))
 
     def test_an_instant_two_members_share_runs_once(self):
-        self.assertEqual(cron_runs("0 9 * * * | 0 9 * * 1-5 | 30 9 * * 1", utc(2025, 1, 5), 4, "UTC"),
+        self.assertEqual(cron_runs(["0 9 * * *", "0 9 * * 1-5", "30 9 * * 1"], utc(2025, 1, 5), 4, "UTC"),
                          [utc(2025, 1, 5, 9), utc(2025, 1, 6, 9), utc(2025, 1, 6, 9, 30), utc(2025, 1, 7, 9)])
-        self.assertEqual(cron_runs("@daily | 0 0 * * *", utc(2025, 1, 1), 2, "UTC"), [utc(2025, 1, 2), utc(2025, 1, 3)])
+        self.assertEqual(cron_runs(["@daily", "0 0 * * *"], utc(2025, 1, 1), 2, "UTC"),
+                         [utc(2025, 1, 2), utc(2025, 1, 3)])
 
     def test_on_a_fall_back_night_each_pass_is_its_own_instant(self):
         """New York, 2025-11-02: 01:00-02:00 happens twice; the fixed 01:30 runs on the first pass only."""
-        runs = cron_runs("30 1 * * * | */30 1 * * * | 45 1 * * *", utc(2025, 11, 2, 4, 59), 6, "America/New_York")
+        runs = cron_runs(["30 1 * * *", "*/30 1 * * *", "45 1 * * *"], utc(2025, 11, 2, 4, 59), 6, "America/New_York")
         self.assertEqual([r.astimezone(UTC) for r in runs], [utc(2025, 11, 2, 5), utc(2025, 11, 2, 5, 30),
                          utc(2025, 11, 2, 5, 45), utc(2025, 11, 2, 6), utc(2025, 11, 2, 6, 30), utc(2025, 11, 3, 6)])
         self.assertEqual([r.fold for r in runs], [0, 0, 0, 1, 1, 0])
 
     def test_a_bad_member_is_named_and_notes_are_said_once(self):
         with self.assertRaisesRegex(ValueError, r"^bad schedule '0 9 31 2 \*': it never fires$"):
-            next_fire("0 9 * * * | 0 9 31 2 *", "UTC", utc(2025, 1, 1))
+            next_fire(["0 9 * * *", "0 9 31 2 *"], "UTC", utc(2025, 1, 1))
         with self.assertRaisesRegex(ValueError, "found 0"):
-            next_fire("0 9 * * * | ", "UTC", utc(2025, 1, 1))
-        notes = cron_notes("30 2 * * * | 30 2 * * 0 | */5 2 * * *", "America/New_York", utc(2027, 3, 1))
+            next_fire(["0 9 * * *", ""], "UTC", utc(2025, 1, 1))
+        with self.assertRaisesRegex(ValueError, "found 11"):  # a string is one expression
+            next_fire("0 9 * * * | 0 10 * * *", "UTC", utc(2025, 1, 1))
+        notes = cron_notes(["30 2 * * *", "30 2 * * 0", "*/5 2 * * *"], "America/New_York", utc(2027, 3, 1))
         self.assertEqual(notes, ["02:30 does not exist on 2027-03-14 in America/New_York (clocks go from 02:00 to "
                                  "03:00): that day it runs at 03:00 EDT", "on 2027-03-14 clocks go from 02:00 to 03:00 "
                                  "in America/New_York: it does not run in between"])
@@ -1065,8 +1070,8 @@ class TimingTest(unittest.TestCase):
     """An interval's runs, and start/until, through the public parse and the timing of the judge."""
 
     def timing(self, mtime: float, **fields: object) -> object:
-        event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")
-        return me._timing(event, mtime, UTC)
+        parsed = me._parse(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")[1]
+        return me._timing(parsed, mtime, UTC)
 
     def runs(self, timing: object, after: float, count: int) -> list[float]:
         found: list[float] = []
@@ -1104,9 +1109,7 @@ class TimingTest(unittest.TestCase):
         self.assertEqual(self.runs(t, 0, 2), [start, start + 1])
 
     def test_a_one_shots_daylight_saving_note_is_told_until_it_is_due(self) -> None:
-        event = parse_event(json.dumps({"type": "one-shot", "channelId": "C1", "text": "t", "at": "2027-03-14T02:30:00",
-                                        "timezone": "America/New_York"}), "o.json")
-        t = me._timing(event, 0, UTC)
+        t = self.timing(0, type="one-shot", at="2027-03-14T02:30:00", timezone="America/New_York")
         at = utc(2027, 3, 14, 7).timestamp()  # 03:00 EDT, the first instant after the gap
         self.assertEqual(t.notes(at - 1), ["02:30 does not exist on 2027-03-14 in America/New_York (clocks go from "
                                            "02:00 to 03:00): runs at 03:00 EDT"])
@@ -1116,8 +1119,8 @@ class TimingTest(unittest.TestCase):
     def test_whole_days_without_a_timezone_say_how_they_drift_at_the_users_next_clock_change(self) -> None:
         sydney = ZoneInfo("Australia/Sydney")
         drifts = {"every": "6w", "start": "2026-12-05T10:00:00+11:00"}
-        event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **drifts}), "p.json")
-        timing = me._timing(event, 0, sydney)
+        parsed = me._parse(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **drifts}), "p.json")[1]
+        timing = me._timing(parsed, 0, sydney)
         self.assertEqual(timing.notes(datetime(2026, 11, 28, tzinfo=sydney).timestamp()), [
             "runs at 09:00 after 2027-04-04: `every` counts elapsed time; add `timezone` to keep 10:00"])
         self.assertEqual(timing.notes(datetime(2027, 5, 1, tzinfo=sydney).timestamp()), [
@@ -1131,17 +1134,17 @@ class TimingTest(unittest.TestCase):
                 ({**drifts, "every": "1d12h", "timezone": "Australia/Sydney"}, sydney,
                  ["`every` counts elapsed time: only whole days and weeks keep the wall time"])):
             with self.subTest(fields=fields, user=user):
-                self.assertEqual(me._timing(parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t",
-                                                                    **fields}), "p.json"), 0, user).notes(now), notes)
+                self.assertEqual(me._timing(me._parse(json.dumps({"type": "periodic", "channelId": "C1", "text": "t",
+                                                                  **fields}), "p.json")[1], 0, user).notes(now), notes)
 
     # The judge on its own: exact verdicts at the edges of its windows (2030-01-01T09:00:00Z is A).
     A = 1893488400.0
 
     def judge(self, fields: dict[str, object], mtime: float, now: float, down: tuple[float, float] | None = None,
               **grace: float) -> tuple[object, ...]:
-        event = parse_event(json.dumps({"channelId": "C1", "text": "t", **fields}), "e.json")
+        event, parsed, _ = me._parse(json.dumps({"channelId": "C1", "text": "t", **fields}), "e.json")
         window = None if down is None else me._Downtime(None if down[0] == -math.inf else down[0], None, down[1])
-        verdict = me._judge(event, mtime, now, me._timing(event, mtime, UTC), window, **grace)
+        verdict = me._judge(event, mtime, now, me._timing(parsed, mtime, UTC), window, **grace)
         return verdict.outcome, verdict.due, verdict.next_due, verdict.reason
 
     def test_an_immediate_is_stale_only_when_written_well_inside_the_downtime(self) -> None:
@@ -1219,8 +1222,8 @@ class CalendarIntervalTest(unittest.TestCase):
     """`every` of whole weeks and days with a `timezone` keeps the wall time: against a model on zoneinfo alone."""
 
     def timing(self, mtime: float = 0, user: ZoneInfo | None = None, **fields: object) -> object:
-        event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")
-        return me._timing(event, mtime, user or UTC)
+        parsed = me._parse(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")[1]
+        return me._timing(parsed, mtime, user or UTC)
 
     def runs(self, timing: object, after: float, count: int) -> list[float]:
         return TimingTest.runs(self, timing, after, count)  # type: ignore[arg-type]
@@ -2432,10 +2435,10 @@ class AdversarialFindingsTest(unittest.TestCase):
             second.step(10)  # to T0 + 20
         self.assertEqual([m.split("(due ")[1][11:19] for m in second.run()], ["09:00:20"])
 
-    def test_an_interval_with_an_mtime_ahead_of_the_clock_keeps_its_phase_across_restarts(self) -> None:
+    def test_an_interval_with_an_mtime_ahead_of_the_clock_counts_from_now_across_restarts(self) -> None:
         first = Sim(self).start()
         put(first.dir, "p.json", every("20s"), mtime=T0 + 86400)  # touch -d '+1 day'
-        due = first.step()
+        self.assertEqual(due := first.step(), T0 + 20)  # one interval after now, not a day later
         first.watcher.stop(0)
         second = Sim(self, directory=first.dir, now=T0 + 8).start()
         self.assertEqual(second.step(), due)
@@ -3076,6 +3079,16 @@ class CliTest(CliCase):
             me._Handler(False, None, None)(Event("a.json", "immediate", "C1", "hi"))
         self.assertEqual(len(writes), 1)
         self.assertTrue(writes[0].endswith(" C1 [EVENT:a.json:immediate] hi\n"), writes)
+
+    def test_a_listed_schedule_is_a_json_list_and_joined_in_the_tag_and_the_environment(self):
+        listed = parse_event(file_of("periodic", schedule=["0 8 * * 1-5", "0 10 * * 0,6"]), "l.json")
+        writes: list[str] = []
+        with mock.patch("sys.stdout", types.SimpleNamespace(write=writes.append, flush=lambda: None)):
+            me._Handler(True, f'echo "$MOM_EVENT_SCHEDULE" > {self.dir}/said', None)(listed)
+        line = json.loads(writes[0])
+        self.assertEqual(line["schedule"], ["0 8 * * 1-5", "0 10 * * 0,6"])
+        self.assertEqual((self.dir / "said").read_text(), "0 8 * * 1-5 | 0 10 * * 0,6\n")
+        self.assertTrue(line["message"].startswith("[EVENT:l.json:periodic:0 8 * * 1-5 | 0 10 * * 0,6] "))
     def test_json_lines_and_sigint(self):
         cli = self.serve("--json")
         self.put("hook.json", cli_immediate("C9", "New ticket"))
@@ -3332,7 +3345,7 @@ class PromptTest(CliCase):
                                                                 "periodic"])
             self.assertEqual({event.channel_id for event in events}, {"C42"})
             self.assertEqual({event.timezone for event in events[1:]}, {zone})  # wall times, never a guessed offset
-            self.assertEqual(events[3].schedule, "0 8 * * 1-5 | 0 10 * * 0,6")  # a list
+            self.assertEqual(events[3].schedule, ("0 8 * * 1-5", "0 10 * * 0,6"))  # a list
             self.assertEqual(events[2].catch_up, "12h")
             for k, block in enumerate(blocks):
                 put(self.events, f"e{k}.json", block)
@@ -3344,7 +3357,7 @@ class PromptTest(CliCase):
     def test_the_interval_example_keeps_its_wall_time_every_other_week_for_a_year(self):
         text = me.events_prompt(self.events, timezone="Australia/Sydney")
         block = re.findall(r"```json\n(.*?)\n```", text, re.S)[-1]
-        timing = me._timing(parse_event(block, "x.json"), time.time(), UTC)
+        timing = me._timing(me._parse(block, "x.json")[1], time.time(), UTC)
         runs, after = [], 0.0
         while len(runs) < 27 and (after := timing.next_after(after)) is not None:  # type: ignore[attr-defined]
             runs.append(datetime.fromtimestamp(after, ZoneInfo("Australia/Sydney")))
@@ -3505,6 +3518,13 @@ class CheckTest(CliCase):
                                  r"next \S+T(08|20):00:00-0[45]:00 ")
         status, lines = self.check(zone="UTC")
         self.assertIn("(09:00 in Europe/Vienna", next(line for line in lines if line.startswith("daily.json")))
+
+    def test_an_interval_with_an_mtime_ahead_of_the_clock_counts_from_now_and_is_left_as_it_is(self):
+        before = self.put("p.json", every("1h"), mtime=T0 + 86400).stat().st_mtime_ns
+        said = me._check_file(str(self.events / "p.json"), "p.json", T0, UTC, [])[1]
+        self.assertEqual(said, "ok: periodic on channel C1, every 1h; next 2030-01-07T10:00:00+00:00 (in 1 hour), "
+                               "2030-01-07T11:00:00+00:00, 2030-01-07T12:00:00+00:00")
+        self.assertEqual((self.events / "p.json").stat().st_mtime_ns, before)
 
     def test_a_one_shot_written_before_its_time_and_seen_after_runs_at_once_late(self):
         now = time.time()
