@@ -935,11 +935,10 @@ class _Scanner:
     changed (or is racy), and a sweep stats the known files in turn for rewrites in place.  ``poll`` yields
     ``(name, signature or None)`` for each file created, changed or deleted since the last one."""
 
-    def __init__(self, path: str, ignore: Callable[[str], bool] = lambda name: False,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self.clock = clock  # the watcher's: a change is racy by its time
-        self.ignore = ignore  # the history, when it lies in the directory under an event's name
+        self.ignore: str | None = None  # the history's name, when it lies in the directory under an event's name
         self.known: dict[str, _Signature] = {}
         self.racy: set[str] = set()  # looked at too soon: their content is read again
         self.not_regular: dict[str, _Signature] = {}  # *.json that are not regular files, warned about
@@ -969,7 +968,9 @@ class _Scanner:
     def _list(self, now: float) -> Iterator[tuple[str, _Signature | None]]:
         try:
             with os.scandir(self._fd) as entries:
-                found = {e.name: e.inode() for e in entries if _is_event_name(e.name) and not self.ignore(e.name)}
+                found = {e.name: e.inode() for e in entries if _is_event_name(e.name)}
+            if self.ignore:
+                found.pop(self.ignore, None)
         except OSError as exc:
             yield from self._lost(exc)
             return
@@ -1583,6 +1584,11 @@ def _due_time(due: float | None, timing: _Timing | None) -> datetime | None:
     return None if due is None else datetime.fromtimestamp(due, timing.zone if timing else UTC)
 
 
+def _delivered(event: Event, timing: _Timing | None, due: float | None) -> Event:
+    """The event as its run is (or would have been) delivered: ``(due ...)`` in its own zone."""
+    return event if due is None or timing is None else replace(event, due=_due_time(due, timing))
+
+
 class _Runner:
     """The run side, on the channels' workers: a run's crash record, the handler, its file deleted and the
     record removed; a notice told.  It keeps no state of its own, so any number of workers call it at once."""
@@ -1734,24 +1740,140 @@ class _Gathered:
             return told
 
 
+class _Notices:
+    """What the agent is told of what does not run.  A notice's crash record is written before its file goes
+    (so it is told even if this harness dies next); then it waits on its channel beside the events, never
+    discarded.  A discarded or stale one gathers the others of its kind on that channel while it waits.  The
+    scheduler's thread calls it; a gathered notice's own lock guards it against the worker that tells it."""
+
+    def __init__(self, directory: str, runner: _Runner, channels: _Channels, history: _History, zone: tzinfo,
+                 notify: bool) -> None:
+        self.directory = directory
+        self.runner = runner
+        self.channels = channels
+        self.history = history
+        self.zone = zone  # the user's: a stale notice's times are shown in it
+        self.notify = notify
+        self._gathered: dict[tuple[str, str], _Gathered] = {}  # the told ones go when it has doubled
+        self._gathered_most = 64
+
+    def about(self, kind: str, text: str, event: Event, due: float | None, file: _File, rename_to: str | None,
+              down: _Downtime | None) -> Callable[[bool], None] | None:
+        """A notice of ``kind`` about a file about to go (renamed to ``rename_to``, or deleted): its record is
+        written now, with the file still to go; returns what to do once the file went (or did not, as it was
+        written anew meanwhile: then it is judged anew, and not told); None when notices are off."""
+        if not self.notify:
+            return None
+        if kind in ("discarded", "stale"):
+            return self.gather(kind, event, due, file, down)
+        said, run_id = Event(file.name, kind, event.channel_id, text, due=_due_time(due, file.timing)), _new_id()
+        _write_record(self.directory, run_id, said, (file.name, file.sig, rename_to))  # unwritten: told once
+        return lambda taken: (self.queue(said, run_id) if taken else _unrecord(self.directory, run_id, said.filename))
+
+    def gather(self, kind: str, event: Event, due: float | None, file: _File | None,
+                down: _Downtime | None) -> Callable[[bool], None]:
+        """Add an event to the notice of ``kind`` waiting on its channel, or start one; its record is written
+        whole, with the file still to go.  Returns what to do once the file went (or did not)."""
+        key, taking = (event.channel_id, kind), None if file is None else (file.name, file.sig, None)
+        gathered = self._gathered.get(key)
+        with gathered.lock if gathered else contextlib.nullcontext():
+            fresh = gathered is None or gathered.begun
+            if gathered is not None and not fresh:
+                gathered.add(event.filename, event.text)
+                _write_record(self.directory, gathered.run_id, gathered.notice(), taking, "again")
+        if gathered is None or fresh:
+            heads = {"discarded": f"{{count}} did not run: the channel already had {self.channels.max_queued} events "
+                                  "waiting, so {was} discarded.",
+                     "stale": "{count} did not run: {was} written while no harness was running"
+                              f"{_between(down, self.zone)}, and deleted unrun."}
+            gathered = _Gathered(kind, event.channel_id, heads[kind], event.filename, due)
+            gathered.add(event.filename, event.text)
+            self._gathered[key] = gathered
+            if len(self._gathered) > self._gathered_most:  # many channels: forget what has begun to be told
+                self._gathered = {key: g for key, g in self._gathered.items() if not g.begun}
+                self._gathered_most = max(64, 2 * len(self._gathered))
+            _write_record(self.directory, gathered.run_id, gathered.notice(), taking)
+
+        def then(taken: bool) -> None:
+            if taken and fresh:
+                self.queue(gathered.notice(), gathered.run_id, gathered.begin)
+            elif not taken:  # the file was written anew meanwhile: it is judged anew, and not in the notice
+                with gathered.lock:
+                    if gathered.begun:
+                        return
+                    gathered.add(event.filename, event.text, -1)
+                    if gathered.count:
+                        _write_record(self.directory, gathered.run_id, gathered.notice(), None, "again")
+                    else:
+                        gathered.begun = True  # never queued: none will join it
+                        _unrecord(self.directory, gathered.run_id, gathered.first)
+        return then
+
+    def skipped(self, name: str, event: Event, timing: _Timing, due: float, following: float | None,
+                down: _Downtime | None) -> None:
+        """An occurrence a start-up does not catch up: recorded; told, when the file asked for a catch-up."""
+        down = down or _Downtime(None, None, due)
+        reason = f"it fell due at {_iso(due, timing.zone)} while no harness was running{_between(down, timing.zone)}"
+        self.history.record("skipped", event, due, reason)
+        if (reach := timing.catch_up) is None or not self.notify:
+            return
+        then = f"The file stays; its next run is at {_iso(following, timing.zone)}." if following is not None else \
+            "It had no run left: the file was deleted."
+        told = (f"This run was skipped: {reason}, and it would run {_duration(down.start - due)} late, more than "
+                f"its catchUp of {_duration(reach)}. {then} It was: "
+                f"{_delivered(event, timing, due).message}")
+        notice, run_id = Event(name, "skipped", event.channel_id, told, due=_due_time(due, timing)), _new_id()
+        _write_record(self.directory, run_id, notice, None)  # unwritten (a full disk): told all the same, not again
+        self.queue(notice, run_id)
+
+    def queue(self, notice: Event, run_id: str, begin: Callable[[], Event] | None = None) -> None:
+        """Queue a notice whose record is written; it waits beside the events, and is never discarded."""
+        run = lambda: self.runner.tell_notice(begin() if begin else notice, run_id)
+        self.history.record("queued", notice, None if notice.due is None else notice.due.timestamp())
+        self.channels.put(_Job(notice.channel_id, run, notice, notice=True))
+
+    def recover(self) -> None:
+        """What a dead harness left: each run's processes stopped and its record told ``interrupted``, the
+        files it was deleting deleted, and every notice it had not told, told (a notice's command is stopped
+        first too: a notice runs a command as an event does)."""
+        _upgrade(self.directory)
+        records = _records(self.directory)
+        notices = [(run_id, sessions) for run_id, told, _, sessions in records if told.type != "run"]
+        if notices and (stopped := _stop_run(*(run_id for run_id, _ in notices),
+                                             sessions=[session for _, sessions in notices for session in sessions])):
+            log.warning("stopped %d processes of notices a dead harness was telling", stopped)
+        for run_id, told, file, sessions in records:
+            try:
+                if file is not None:  # renamed to NAME.json.rejected, or deleted, as the dead harness meant to
+                    _remove_judged(self.directory, *file)
+            except OSError as exc:
+                log.error("%s: cannot be deleted: %s; it may run again", file[0] if file else "", exc.strerror or exc)
+            if told.type == "run":
+                told = _interrupted(told, _stop_run(run_id, sessions=sessions))
+            elif not self.notify:
+                _unrecord(self.directory, run_id, told.filename)
+                continue
+            log.warning("%s: told again: %s", told.filename, told.message)
+            self.queue(told, run_id)
+
+
+
 class _Files:
     """What becomes of each file: read, judged, scheduled, queued, or dropped with a notice.  Only the
     scheduler's thread calls it; the runs it queues are the _Runner's, on the workers."""
 
-    def __init__(self, directory: str, runner: _Runner, channels: _Channels, schedule: _Schedule, history: _History,
-                 zone: tzinfo, misfire_grace: float, notify: bool) -> None:
+    def __init__(self, directory: str, runner: _Runner, notices: _Notices, channels: _Channels, schedule: _Schedule,
+                 history: _History, zone: tzinfo, misfire_grace: float) -> None:
         self.directory = directory
         self.runner = runner
+        self.notices = notices
         self.channels = channels
         self.schedule = schedule
         self.history = history
         self.zone = zone  # the user's: an interval's due times are shown in it
         self.misfire_grace = misfire_grace
-        self.notify = notify
         self.files: dict[str, _File] = {}
         self.down: _Downtime | None = None  # during a start-up: the time no harness ran (and no queue limit)
-        self._gathered: dict[tuple[str, str], _Gathered] = {}  # the told ones go when it has doubled
-        self._gathered_most = 64
 
     def on_change(self, name: str, sig: _Signature | None, now: float) -> None:
         """The scanner's news of one file: gone (``sig`` None), new, changed, or to be read again (racy)."""
@@ -1828,7 +1950,7 @@ class _Files:
         event, timing = file.event, file.timing
         assert event is not None
         if verdict.skipped is not None and timing is not None:
-            self._skipped(file.name, event, timing, verdict.skipped, verdict.due)
+            self.notices.skipped(file.name, event, timing, verdict.skipped, verdict.due, self.down)
         if verdict.outcome is _Outcome.RUN:
             if verdict.next_due is not None:
                 self.schedule.push(verdict.next_due, file.name)
@@ -1839,7 +1961,7 @@ class _Files:
             self._reject(file, verdict.reason, event)
         elif verdict.outcome is _Outcome.MISSED:
             told = (f"This one-shot did not run: {verdict.reason}, and its file was deleted. It was: "
-                    f"{self._delivered(event, timing, verdict.due).message}")
+                    f"{_delivered(event, timing, verdict.due).message}")
             self._drop(file, "missed", verdict.reason, event, verdict.due, notice=("missed", told))
         elif verdict.outcome is _Outcome.STALE:
             self._drop(file, "stale", verdict.reason, event, notice=("stale", ""))
@@ -1851,27 +1973,6 @@ class _Files:
         stop = "" if reason.endswith((".", "?")) else "."  # 'did you mean "catchUp"?' ends its own sentence
         told = f"{reason}{stop} The file is now {file.name}.rejected: fix it and move it back to {file.name}."
         self._drop(file, "invalid", reason, event, notice=("rejected", told), rename_to=file.name + ".rejected")
-
-    def _skipped(self, name: str, event: Event, timing: _Timing, due: float, following: float | None) -> None:
-        """An occurrence a start-up does not catch up: recorded; told, when the file asked for a catch-up."""
-        down = self.down or _Downtime(None, None, due)
-        reason = f"it fell due at {_iso(due, timing.zone)} while no harness was running{_between(down, timing.zone)}"
-        self.history.record("skipped", event, due, reason)
-        if (reach := timing.catch_up) is None or not self.notify:
-            return
-        then = f"The file stays; its next run is at {_iso(following, timing.zone)}." if following is not None else \
-            "It had no run left: the file was deleted."
-        told = (f"This run was skipped: {reason}, and it would run {_duration(down.start - due)} late, more than "
-                f"its catchUp of {_duration(reach)}. {then} It was: "
-                f"{self._delivered(event, timing, due).message}")
-        notice, run_id = Event(name, "skipped", event.channel_id, told, due=_due_time(due, timing)), _new_id()
-        _write_record(self.directory, run_id, notice, None)  # unwritten (a full disk): told all the same, not again
-        self._queue_notice(notice, run_id)
-
-    @staticmethod
-    def _delivered(event: Event, timing: _Timing | None, due: float | None) -> Event:
-        """The event as its run is (or would have been) delivered: ``(due ...)`` in its own zone."""
-        return event if due is None or timing is None else replace(event, due=_due_time(due, timing))
 
     def _fire(self, file: _File, due: float, now: float) -> None:
         """An occurrence is due: the next one is scheduled, this one queued."""
@@ -1900,25 +2001,16 @@ class _Files:
             return
         log.warning("%s: %s", file.name, reason)
         self.history.record("discarded", event, due, reason)
-        if self.notify:
-            self._gather("discarded", event, due, None)(True)
+        if self.notices.notify:
+            self.notices.gather("discarded", event, due, None, self.down)(True)
 
     def _drop(self, file: _File, outcome: str, reason: str, event: Event, due: float | None = None,
               notice: tuple[str, str] | None = None, rename_to: str | None = None) -> None:
         """The file goes unrun: its notice's record is written first (told even if this harness dies next),
         then the file is deleted (or renamed), logged and recorded, and the notice queued.  ``notice``: its
         type and text; a discarded or stale one joins the one of its kind waiting on the channel."""
-        told: Callable[[bool], None] | None = None
-        if notice is not None and self.notify and event.channel_id:
-            kind, text = notice
-            if kind in ("discarded", "stale"):
-                told = self._gather(kind, event, due, file)
-            else:
-                said, run_id = Event(file.name, kind, event.channel_id, text, due=_due_time(due, file.timing)), \
-                    _new_id()
-                _write_record(self.directory, run_id, said, (file.name, file.sig, rename_to))  # unwritten: told once
-                told = lambda taken: (self._queue_notice(said, run_id) if taken
-                                      else _unrecord(self.directory, run_id, said.filename))
+        told = None if notice is None or not event.channel_id else \
+            self.notices.about(*notice, event, due, file, rename_to, self.down)
         try:
             taken = _remove_judged(self.directory, file.name, file.sig, rename_to)
         except OSError as exc:
@@ -1933,50 +2025,6 @@ class _Files:
         if told is not None:  # written anew meanwhile (judged anew), or stuck: not told
             told(taken)
 
-    def _gather(self, kind: str, event: Event, due: float | None, file: _File | None) -> Callable[[bool], None]:
-        """Add an event to the notice of ``kind`` waiting on its channel, or start one; its record is written
-        whole, with the file still to go.  Returns what to do once the file went (or did not)."""
-        key, taking = (event.channel_id, kind), None if file is None else (file.name, file.sig, None)
-        gathered = self._gathered.get(key)
-        with gathered.lock if gathered else contextlib.nullcontext():
-            fresh = gathered is None or gathered.begun
-            if gathered is not None and not fresh:
-                gathered.add(event.filename, event.text)
-                _write_record(self.directory, gathered.run_id, gathered.notice(), taking, "again")
-        if gathered is None or fresh:
-            heads = {"discarded": f"{{count}} did not run: the channel already had {self.channels.max_queued} events "
-                                  "waiting, so {was} discarded.",
-                     "stale": "{count} did not run: {was} written while no harness was running"
-                              f"{_between(self.down, self.zone)}, and deleted unrun."}
-            gathered = _Gathered(kind, event.channel_id, heads[kind], event.filename, due)
-            gathered.add(event.filename, event.text)
-            self._gathered[key] = gathered
-            if len(self._gathered) > self._gathered_most:  # many channels: forget what has begun to be told
-                self._gathered = {key: g for key, g in self._gathered.items() if not g.begun}
-                self._gathered_most = max(64, 2 * len(self._gathered))
-            _write_record(self.directory, gathered.run_id, gathered.notice(), taking)
-
-        def then(taken: bool) -> None:
-            if taken and fresh:
-                self._queue_notice(gathered.notice(), gathered.run_id, gathered.begin)
-            elif not taken:  # the file was written anew meanwhile: it is judged anew, and not in the notice
-                with gathered.lock:
-                    if gathered.begun:
-                        return
-                    gathered.add(event.filename, event.text, -1)
-                    if gathered.count:
-                        _write_record(self.directory, gathered.run_id, gathered.notice(), None, "again")
-                    else:
-                        gathered.begun = True  # never queued: none will join it
-                        _unrecord(self.directory, gathered.run_id, gathered.first)
-        return then
-
-    def _queue_notice(self, notice: Event, run_id: str, begin: Callable[[], Event] | None = None) -> None:
-        """Queue a notice whose record is written; it waits beside the events, and is never discarded."""
-        run = lambda: self.runner.tell_notice(begin() if begin else notice, run_id)
-        self.history.record("queued", notice, None if notice.due is None else notice.due.timestamp())
-        self.channels.put(_Job(notice.channel_id, run, notice, notice=True))
-
     def _cancel(self, file: _File) -> bool:
         """The file was removed or changed: what was scheduled for it goes (True if it was scheduled), and what
         of it waits in a queue."""
@@ -1986,29 +2034,6 @@ class _Files:
                 self.history.record("cancelled", job.event or file.event, detail="its file was removed or changed")
         return scheduled
 
-    def recover(self) -> None:
-        """What a dead harness left: each run's processes stopped and its record told ``interrupted``, the
-        files it was deleting deleted, and every notice it had not told, told (a notice's command is stopped
-        first too: a notice runs a command as an event does)."""
-        _upgrade(self.directory)
-        records = _records(self.directory)
-        notices = [(run_id, sessions) for run_id, told, _, sessions in records if told.type != "run"]
-        if notices and (stopped := _stop_run(*(run_id for run_id, _ in notices),
-                                             sessions=[session for _, sessions in notices for session in sessions])):
-            log.warning("stopped %d processes of notices a dead harness was telling", stopped)
-        for run_id, told, file, sessions in records:
-            try:
-                if file is not None:  # renamed to NAME.json.rejected, or deleted, as the dead harness meant to
-                    _remove_judged(self.directory, *file)
-            except OSError as exc:
-                log.error("%s: cannot be deleted: %s; it may run again", file[0] if file else "", exc.strerror or exc)
-            if told.type == "run":
-                told = _interrupted(told, _stop_run(run_id, sessions=sessions))
-            elif not self.notify:
-                _unrecord(self.directory, run_id, told.filename)
-                continue
-            log.warning("%s: told again: %s", told.filename, told.message)
-            self._queue_notice(told, run_id)
 
 
 _CHANNEL_KEY = re.compile(r"""["']channelId["']\s*:\s*(?:"([^"\\\s]*)"|'([^'\\\s]*)')""")
@@ -2153,9 +2178,10 @@ class EventsWatcher:
         self._runner.loop = loop
         name = timezone or _host_timezone()  # an IANA zone follows daylight saving; a fixed offset would not
         zone = _zone(name) if name else datetime.now().astimezone().tzinfo or UTC
-        self._files = _Files(self.directory, self._runner, self._channels, self._schedule, history_log, zone,
-                             misfire_grace, notify)
-        self._scanner = _Scanner(self.directory, self._is_history, clock)
+        self._notices = _Notices(self.directory, self._runner, self._channels, history_log, zone, notify)
+        self._files = _Files(self.directory, self._runner, self._notices, self._channels, self._schedule, history_log,
+                             zone, misfire_grace)
+        self._scanner = _Scanner(self.directory, clock)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
@@ -2183,6 +2209,10 @@ class EventsWatcher:
         if os.stat(self.directory).st_mode & stat.S_IWOTH:
             log.warning("events directory %s is writable by every user: anyone can act as the agent (chmod o-w %s)",
                         self.directory, self.directory)
+        history = self._history_path and os.path.abspath(self._history_path)
+        with contextlib.suppress(OSError):  # the history may lie here, under an event's name: never read as one
+            if history and os.path.samefile(os.path.dirname(history), self.directory):
+                self._scanner.ignore = os.path.basename(history)
         if self._lock.take():
             try:
                 self._startup()
@@ -2291,7 +2321,7 @@ class EventsWatcher:
             os.unlink(os.path.join(self.directory, _JOURNAL))
         self._channels.hold()
         try:
-            self._files.recover()
+            self._notices.recover()
             for name, sig in self._scanner.poll():
                 self._guarded(name, self._files.on_change, name, sig, down.start)
             self._lock.claim(down.start)
@@ -2352,14 +2382,6 @@ class EventsWatcher:
         except Exception:
             log.exception("%s: unexpected error", name or self.directory)
 
-    def _is_history(self, name: str) -> bool:
-        """The history may lie in the events directory, under an event's name: it is never read as one."""
-        if self._history_path is None or os.path.basename(self._history_path) != name:
-            return False
-        try:
-            return os.path.samefile(os.path.dirname(os.path.abspath(self._history_path)), self.directory)
-        except OSError:
-            return False
 
 
 def _mtime(path: str | int) -> float | None:

@@ -1381,14 +1381,18 @@ class ScanTest(unittest.TestCase):
         put(d, "a.json", "{}")
         put(d, "history.json", "{}")
 
-        def ignore(name: str) -> bool:  # asked while the directory is listed: one file goes right after it is listed
-            if name == "gone.json" and gone.exists():
-                gone.unlink()
-            return name == "history.json"
+        real_stat = os.stat
 
-        scanner = me._Scanner(str(d), ignore)
+        def stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+            if "dir_fd" in kwargs and gone.exists():  # the directory is listed: one file goes before its stat
+                gone.unlink()
+            return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+        scanner = me._Scanner(str(d))
+        scanner.ignore = "history.json"
         self.addCleanup(scanner.close)
-        self.assertEqual(self.poll(scanner), {"a.json": True})
+        with mock.patch.object(me.os, "stat", stat):
+            self.assertEqual(self.poll(scanner), {"a.json": True})
 
     def test_a_directory_that_cannot_be_listed_is_said_once_then_that_it_can_again(self) -> None:
         d = temp_dir(self) / "events"
@@ -2098,7 +2102,7 @@ class DowntimeTest(unittest.TestCase):
             put(sim.dir, f"h{i:02}.json", {**IMMEDIATE, "text": f"{i} " + "x" * 5000})
         with self.assertLogs("mom_events", "WARNING"):
             sim.step()
-        gathered = sim.watcher._files._gathered[("C1", "discarded")]  # noqa: SLF001 (what it holds)
+        gathered = sim.watcher._notices._gathered[("C1", "discarded")]  # noqa: SLF001 (what it holds)
         self.assertEqual((gathered.count, len(gathered.shown)), (39, 10))  # h00 waits, the rest are discarded
         self.assertEqual({len(text) for _, text in gathered.shown}, {500})
         told = sim.run()[1]
@@ -2159,7 +2163,7 @@ class DowntimeTest(unittest.TestCase):
             with self.assertLogs("mom_events", "WARNING"):
                 sim.step(1)
             self.assertEqual(len(sim.run()), len(batch))
-        self.assertLessEqual(len(sim.watcher._files._gathered), 140)  # noqa: SLF001 (what it keeps)
+        self.assertLessEqual(len(sim.watcher._notices._gathered), 140)  # noqa: SLF001 (what it keeps)
 
     def test_the_markers_of_0_2_0_are_told_once_and_then_only_records_are_written(self) -> None:
         sim = Sim(self)
