@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 import types
+import typing
 import unittest
 import unittest.mock
 import uuid
@@ -1534,6 +1535,19 @@ class ChannelsModelTest(unittest.TestCase):
         self.assertLess(time.monotonic() - begun, 2)  # woken by the run's end, not by the timeout
 
 class HistoryTest(unittest.TestCase):
+    def test_a_history_under_an_events_name_in_the_directory_is_never_read_as_one(self) -> None:
+        d, got, held = temp_dir(self), list[Event](), list[typing.Any]()
+        watcher = me.EventsWatcher(d, got.append, history=d / "history.json", spawn=held.append)
+        put(d, "a.json", IMMEDIATE)
+        watcher.start(thread=False)
+        self.addCleanup(watcher.stop, 0)
+        for later in (0, 0.5, 1, 2):  # past a bad file's retries
+            watcher.step(time.time() + later)
+            while held:
+                held.pop(0)()
+        self.assertEqual([e.filename for e in got], ["a.json"])
+        self.assertEqual([p.name for p in d.iterdir() if not p.name.startswith(".")], ["history.json"])
+
     def test_lines_are_private_whole_and_a_torn_line_never_merges_into_the_next(self) -> None:
         d = temp_dir(self)
         path = d / "h.jsonl"
