@@ -1541,7 +1541,7 @@ class HistoryTest(unittest.TestCase):
         put(d, "a.json", IMMEDIATE)
         watcher.start(thread=False)
         self.addCleanup(watcher.stop, 0)
-        for later in (0, 0.5, 1, 2):  # past a bad file's retries
+        for later in range(8):  # past a bad file's retries
             watcher.step(time.time() + later)
             while held:
                 held.pop(0)()
