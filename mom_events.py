@@ -1172,7 +1172,12 @@ class _Channels:
             if self._workers > self._idle + len(self._running) or time.monotonic() - latest < _SPAWN_AFTER:
                 return
             self._workers += 1
-        self._spawn(self._work)
+        try:
+            self._spawn(self._work)
+        except Exception as exc:  # "can't start new thread": the workers there are go on, and it is tried again
+            with self._lock:
+                self._workers -= 1
+            log.error("cannot start a worker: %s", exc)
 
     def submit(self, channel: str, fn: Callable[[], None]) -> bool:
         """A user's own message: refused while the channel runs or has anything waiting."""

@@ -1493,6 +1493,36 @@ class ChannelsModelTest(unittest.TestCase):
                     ran.clear()
                     model.clear()
 
+    def test_a_new_worker_starts_only_once_every_running_job_has_run_a_while(self) -> None:
+        now, spawned, seen = [100.0], list[typing.Any](), list[int]()
+        channels = me._Channels(5, spawned.append, 0)
+
+        def job() -> None:  # a poll while it runs: it has just begun (a burst's runs need no more), then 30 ms on
+            channels.put(me._Job("z", lambda: None))
+            seen.append(len(spawned))
+            now[0] += 0.03
+            channels.dispatch()
+            seen.append(len(spawned))
+        with mock.patch.object(me.time, "monotonic", lambda: now[0]):
+            channels.put(me._Job("x", lambda: now.__setitem__(0, now[0] + 0.05)))  # 50 ms, then the worker takes y
+            channels.put(me._Job("y", job))  # a worker is on its way: none more
+            self.assertEqual(len(spawned), 1)
+            spawned[0]()
+        self.assertEqual(seen, [1, 2])
+
+    def test_a_worker_that_cannot_start_is_said_and_tried_again(self) -> None:
+        tries = list[typing.Any]()
+
+        def spawn(work: object) -> None:
+            tries.append(work)
+            raise RuntimeError("can't start new thread")
+        channels = me._Channels(5, spawn, 0)
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            channels.put(me._Job("x", lambda: None))
+            channels.dispatch()
+        self.assertEqual(len(tries), 2)
+        self.assertEqual(logs.output, ["ERROR:mom_events:cannot start a worker: can't start new thread"] * 2)
+
     def test_wait_returns_the_channels_still_running_and_not_the_callers_own(self) -> None:
         channels = me._Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0.1)
         release, inside = threading.Event(), []
