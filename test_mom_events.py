@@ -71,6 +71,16 @@ def put(directory: Path, name: str, content: object, mtime: float | None = None)
     return path
 
 
+def wait_until(predicate: object, timeout: float = 10.0, step: float = 0.02, why: object = "") -> None:
+    """Poll ``predicate`` every ``step`` s until it holds, or fail the test after ``timeout`` s saying ``why``
+    (called if it is callable, so that it shows what was there at the end)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s: {why() if callable(why) else why}")
+        time.sleep(step)
+
+
 # --- Data model and parsing ---
 
 PARSE_BASE = {"immediate": {"type": "immediate"}, "one-shot": {"type": "one-shot", "at": "2027-12-15T09:00:00+01:00"},
@@ -2210,9 +2220,7 @@ class LockTest(unittest.TestCase):
         self.addCleanup(standby.stop, 0)
         first.stop()
         put(d, "h.json", IMMEDIATE)  # written a moment after the last harness's last sign of life
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: got)
         self.assertEqual(got, ["h.json"])
 
     def test_a_directory_made_anew_is_locked_anew_or_left_to_the_harness_that_took_it(self) -> None:
@@ -2263,9 +2271,7 @@ class LockTest(unittest.TestCase):
             self.addCleanup(standby.stop, 0)
             (d / ".mom_events").write_text("not a directory")  # the start-up cannot make its records' directory
             os.close(holder)
-            deadline = time.monotonic() + 5
-            while standby.running and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(lambda: not standby.running)
         self.assertFalse(standby.running)
         failed = [line for line in logs.output if "the takeover failed" in line]
         self.assertEqual(len(failed), 1)
@@ -2290,9 +2296,7 @@ class LockTest(unittest.TestCase):
         d.mkdir()
         os.close(holder)
         put(d, "h.json", IMMEDIATE)
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: got)
         self.assertEqual(got, ["h.json"])
         self.assertTrue(standby.running)
 
@@ -2384,25 +2388,21 @@ class AdversarialFindingsTest(unittest.TestCase):
         watcher = me.EventsWatcher(d, lambda event: release.wait(10))
         watcher.start()
         put(d, "h.json", IMMEDIATE)
-        deadline = time.monotonic() + 5
-        while not list(d.glob(".mom_events/run.*")) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: list(d.glob(".mom_events/run.*")))
         self.assertEqual(watcher.stop(0.05), ["C1"])
         release.set()
-        deadline = time.monotonic() + 5
-        while list(d.glob(".mom_events/run.*")) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: not list(d.glob(".mom_events/run.*")))
         self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])  # deleted
         self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["held"])  # its record removed
-        while time.monotonic() < deadline:
+
+        def taken() -> bool:
             try:
                 (successor := me.EventsWatcher(d, print)).start()
-                self.addCleanup(successor.stop, 0)
-                break
             except EventError:
-                time.sleep(0.01)
-        else:
-            self.fail("the lock was never let go")
+                return False
+            self.addCleanup(successor.stop, 0)
+            return True
+        wait_until(taken, why="the lock was never let go")
 
     def test_after_the_clock_steps_back_a_restart_runs_nothing_twice(self) -> None:
         first = Sim(self).start()
@@ -2488,9 +2488,7 @@ class WatcherDetailTest(unittest.TestCase):
         self.addCleanup(watcher.stop, 0)
         due = time.time() + 1.5  # seen within a poll, then slept to
         put(d, ".o.tmp", one_shot(due)).rename(d / "o.json")
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: got)
         self.assertLess(abs(got[0] - due), 0.05)  # the poll is 1 s: the thread slept to the due time, not past it
         self.assertFalse(watcher.submit("C1", print))  # the channel is busy
         release.set()
@@ -2547,19 +2545,7 @@ class Harness:
             raise AssertionError(f"no line within {timeout} s; its log: {self.log}") from None
 
     def logged(self, text: str, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.log):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not logged: {text!r}; the log: {self.log}")
-            time.sleep(0.02)
-
-
-def wait_until(predicate: object, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
+        wait_until(lambda: any(text in line for line in self.log), timeout, why=lambda: f"{text!r} in {self.log}")
 
 
 class CrashTest(unittest.TestCase):
@@ -2703,14 +2689,6 @@ def doc_blocks(path: Path, lang: str) -> list[str]:
     return [block.split("```")[0] for block in path.read_text().split(f"```{lang}\n")[1:]]
 
 
-def recipe_wait(predicate, timeout: float = 10.0, why=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out {why()}")
-        time.sleep(0.01)
-
-
 class FakeSlack:
     """Slack as slack_bolt sees it, on 127.0.0.1: the Web API methods the recipe calls and Socket Mode."""
 
@@ -2776,8 +2754,8 @@ class RecipeTest(unittest.TestCase):
 
     def setUp(self):
         before = set(threading.enumerate())
-        self.addCleanup(recipe_wait, lambda: set(threading.enumerate()) <= before, 2,
-                        lambda: f"left running: {set(threading.enumerate()) - before}")
+        self.addCleanup(wait_until, lambda: set(threading.enumerate()) <= before,
+                        why=lambda: f"left running: {set(threading.enumerate()) - before}")
         self.dir = temp_dir(self)
         (self.dir / "events").mkdir()
         self.addCleanup(os.chdir, os.getcwd())
@@ -2810,13 +2788,13 @@ class RecipeTest(unittest.TestCase):
             try:
                 self.put("hook.json", "C1", "New ticket")
                 self.put("boom.json", "C2", "explode")
-                recipe_wait(lambda: len(posts) == 4)  # hook.json ran, boom.json failed
+                wait_until(lambda: len(posts) == 4)  # hook.json ran, boom.json failed
                 on_mention("C3", "hello")  # the agent blocks on C3 until released
-                recipe_wait(lambda: ("C3", "hello") in calls)
+                wait_until(lambda: ("C3", "hello") in calls)
                 on_mention("C3", "again")  # busy: refused
             finally:
                 release.set()
-            recipe_wait(lambda: len(posts) == 6, why=lambda: posts)
+            wait_until(lambda: len(posts) == 6, why=lambda: posts)
 
         chat = mock.Mock(post=lambda channel, text: posts.append((channel, text)), serve=serve)
         agent = mock.Mock(system_prompt="", run=run)
@@ -2853,22 +2831,22 @@ class RecipeTest(unittest.TestCase):
                 namespace = self.recipe("async-slack-bot", "my_agent", mock.Mock(run_agent=run_agent))
                 namespace["app"].client.base_url = slack.api_url  # the one change: Slack is local
                 bot = asyncio.create_task(namespace["main"]())
-                await asyncio.to_thread(recipe_wait, lambda: slack.socket is not None or bot.done())
+                await asyncio.to_thread(wait_until, lambda: slack.socket is not None or bot.done())
                 self.put("hook.json", "C1", "New ticket")
                 self.put("boom.json", "C2", "explode")
-                await asyncio.to_thread(recipe_wait, lambda: len(slack.posts) == 4)  # hook.json ran, boom.json failed
+                await asyncio.to_thread(wait_until, lambda: len(slack.posts) == 4)  # hook.json ran, boom.json failed
                 free.clear()
                 await slack.mention("C3", "slow")
-                await asyncio.to_thread(recipe_wait, lambda: len(prompts) == 3)  # the agent works on C3
+                await asyncio.to_thread(wait_until, lambda: len(prompts) == 3)  # the agent works on C3
                 await slack.mention("C3", "again")  # the channel is busy: refused
-                await asyncio.to_thread(recipe_wait, lambda: ("C3", "Already working") in slack.posts)
+                await asyncio.to_thread(wait_until, lambda: ("C3", "Already working") in slack.posts)
                 free.set()
-                await asyncio.to_thread(recipe_wait, lambda: len(slack.posts) == 6)
+                await asyncio.to_thread(wait_until, lambda: len(slack.posts) == 6)
                 self.assertFalse(bot.done())
                 bot.cancel()  # what asyncio.run does on Ctrl-C
                 with self.assertRaises(asyncio.CancelledError):
                     await bot
-                await asyncio.to_thread(recipe_wait, lambda: slack.socket.closed)  # the bot closed its WebSocket
+                await asyncio.to_thread(wait_until, lambda: slack.socket.closed)  # the bot closed its WebSocket
             finally:
                 await slack.stop()
 
@@ -2940,15 +2918,6 @@ def cli_reap(mark: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def cli_wait(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
-
-
 class CliCase(unittest.TestCase):
     """A temporary events directory, and the CLI in subprocesses marked for reaping."""
 
@@ -2999,8 +2968,8 @@ class CliServer:
         for line in stream:
             lines.append(line.rstrip("\n"))
 
-    def wait_err(self, text: str, timeout: float = 5.0) -> str:
-        assert cli_wait(lambda: any(text in line for line in self.err), timeout), f"no {text!r} in {self.err}"
+    def wait_err(self, text: str, timeout: float = 10.0) -> str:
+        wait_until(lambda: any(text in line for line in self.err), timeout, why=lambda: f"{text!r} in {self.err}")
         return next(line for line in self.err if text in line)
 
     def finish(self, timeout: float = 10) -> int:
@@ -3037,7 +3006,7 @@ class CliTest(CliCase):
     def test_one_line_per_event_escaped_then_sigterm_ends_it_with_status_0(self):
         cli = self.serve()
         self.put("a]b.json", cli_immediate("C123ABC", "line one\nline two\x1b[2J"))
-        self.assertTrue(cli_wait(lambda: cli.out))
+        wait_until(lambda: cli.out)
         stamp, channel, message = cli.out[0].split(" ", 2)
         self.assertEqual((channel, message), ("C123ABC", r"[EVENT:a\x5db.json:immediate] line one\nline two\x1b[2J"))
         self.assertRegex(stamp, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$")
@@ -3058,7 +3027,7 @@ class CliTest(CliCase):
     def test_json_lines_and_sigint(self):
         cli = self.serve("--json")
         self.put("hook.json", cli_immediate("C9", "New ticket"))
-        self.assertTrue(cli_wait(lambda: cli.out))
+        wait_until(lambda: cli.out)
         record = json.loads(cli.out[0])
         self.assertEqual(set(record), {"firedAt", "filename", "type", "channelId", "text", "message", "at",
                                        "schedule", "timezone", "late", "dueAt"})
@@ -3118,7 +3087,7 @@ class ExecTest(CliCase):
         cli = self.serve("--exec", command)
         hostile = "$(touch pwned) `touch pwned2` '; touch pwned3; '"
         self.put("a.json", cli_one_shot(float(math.ceil(time.time() + 0.2)), "C7", hostile))
-        self.assertTrue(cli_wait(dump.exists))
+        wait_until(dump.exists)
         got = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
         self.assertEqual((got["FILE"], got["TYPE"], got["CHANNEL"], got["TEXT"]), ("a.json", "one-shot", "C7", hostile))
         self.assertEqual(got["stdin"], got["MESSAGE"])
@@ -3139,7 +3108,7 @@ class ExecTest(CliCase):
         cli = self.serve("--exec", f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}")
         text = "a\0b\ud800c" + "€" * 30000  # 90 KB: over the 64 KiB a variable; the cut falls inside a "€"
         self.put("big.json", cli_immediate("C1", text))
-        self.assertTrue(cli_wait(dump.exists))
+        wait_until(dump.exists)
         got = {key: bytes.fromhex(value) for key, value in json.loads(dump.read_text()).items()}
         message = b"[EVENT:big.json:immediate] a\0b\\ud800c" + "€".encode() * 30000
         self.assertEqual(got["stdin"], message + b"\n")
@@ -3162,7 +3131,7 @@ class ExecTest(CliCase):
                 self.put(f"{text}.json", cli_immediate("C1", text))
                 line = cli.wait_err(f"{text}.json: command failed")
                 self.assertTrue(line.endswith(f"ERROR {text}.json: command failed: {said}"), line)
-        self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) == 1, 5))  # the harness: the setsid child went
+        wait_until(lambda: len(cli_marked(self.mark)) == 1)  # the harness: the setsid child went
         self.assertFalse(any("Traceback" in line for line in cli.err))
 
     def test_one_command_at_a_time_per_channel_and_channels_concurrently(self):
@@ -3171,7 +3140,7 @@ class ExecTest(CliCase):
                              f'echo "end $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {runs}')
         for name, channel in (("a1.json", "A"), ("a2.json", "A"), ("b1.json", "B")):
             self.put(name, cli_immediate(channel))
-        self.assertTrue(cli_wait(lambda: runs.exists() and runs.read_text().count("end") == 3))
+        wait_until(lambda: runs.exists() and runs.read_text().count("end") == 3)
         active, peak = {"A": 0, "B": 0}, {"A": 0, "B": 0, "all": 0}
         for what, channel, _ in sorted((line.split() for line in runs.read_text().splitlines()),
                                        key=lambda run: float(run[2])):
@@ -3183,13 +3152,13 @@ class ExecTest(CliCase):
     def test_grace_running_out_stops_the_command_keeps_its_file_and_exits_1(self):
         cli = self.serve("--grace", "0.3", "--exec", "setsid sleep 30 & sleep 30")
         self.put("a.json", cli_immediate())
-        self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) >= 4))  # python, sh and two sleeps
+        wait_until(lambda: len(cli_marked(self.mark)) >= 4)  # python, sh and two sleeps
         started = time.monotonic()
         cli.proc.send_signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 1)
         self.assertLess(time.monotonic() - started, 4)
         self.assertEqual(len(list(self.events.glob(".mom_events/run.*"))), 1)  # its record kept, to be told
-        self.assertTrue(cli_wait(lambda: not cli_marked(self.mark), 3), "a command outlived the harness")
+        wait_until(lambda: not cli_marked(self.mark), why="a command outlived the harness")
 
     def test_a_second_signal_exits_at_once_and_kills_the_commands(self):
         for signum, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
@@ -3198,14 +3167,14 @@ class ExecTest(CliCase):
                                 "sleep 30")
                 cli.wait_err("watching")
                 self.put("a.json", cli_immediate())
-                self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) >= 4))
+                wait_until(lambda: len(cli_marked(self.mark)) >= 4)
                 cli.proc.send_signal(signum)
                 cli.wait_err("stopping")
                 started = time.monotonic()
                 cli.proc.send_signal(signum)
                 self.assertEqual(cli.finish(), status)
                 self.assertLess(time.monotonic() - started, 3)
-                self.assertTrue(cli_wait(lambda: not cli_marked(self.mark), 3), "a command outlived the harness")
+                wait_until(lambda: not cli_marked(self.mark), why="a command outlived the harness")
                 (self.events / "a.json").unlink(missing_ok=True)
 
     def test_a_command_that_renames_itself_or_clears_its_environment_is_stopped_all_the_same(self):
@@ -3214,7 +3183,7 @@ class ExecTest(CliCase):
         cli = self.serve("--exec-timeout", "3", "--exec", f"{renamed} & echo $! >> {pids}; env -i sleep 60 & "
                                                           f"echo $! >> {pids}; wait")
         self.put("a.json", cli_immediate())
-        self.assertTrue(cli_wait(lambda: pids.exists() and len(pids.read_text().split()) == 2))
+        wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
         seen = {pid: proc_session(pid) for pid in map(int, pids.read_text().split())}
         self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if proc_session(pid) == was])
 
@@ -3222,10 +3191,10 @@ class ExecTest(CliCase):
             with contextlib.suppress(OSError):
                 return b"MOM_EVENT_RUN=" not in Path(f"/proc/{pid}/environ").read_bytes()
             return False
-        self.assertTrue(cli_wait(lambda: all(map(untagged, seen))), "perl did not rename itself")
+        wait_until(lambda: all(map(untagged, seen)), why="perl did not rename itself")
         self.assertFalse(any("timed out" in line for line in cli.err), "too late: the test proves nothing")
         cli.wait_err("a.json: command failed: timed out after 3 s", 10)
-        self.assertTrue(cli_wait(lambda: all(proc_session(pid) != was for pid, was in seen.items())), "escaped")
+        wait_until(lambda: all(proc_session(pid) != was for pid, was in seen.items()), why="escaped")
 
     def test_the_tie_rule_takes_a_process_by_its_tag_or_its_session_never_by_a_recycled_id(self):
         def tied(env: bytes = b"", seen: tuple[int, int] | None = None, leader: int | None = 1000) -> bool:
@@ -3242,12 +3211,12 @@ class ExecTest(CliCase):
         self.assertFalse(me._belongs_to_run(set(), {0: 0, 1: 0}, b"", (1, 5), {0: None, 1: 0}))  # naming init's
         proc = subprocess.Popen(["sh", "-c", "printf 'x) Z 7 (y' > /proc/$$/comm; sleep 30; :"], start_new_session=True)
         try:  # a name with a ")" and spaces; a zombie is dead unless asked for
-            self.assertTrue(cli_wait(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "x) Z 7 (y\n"))
+            wait_until(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "x) Z 7 (y\n")
             sid, start = me._proc_session(proc.pid) or (0, 0)
             self.assertEqual(sid, proc.pid)
             self.assertLessEqual((me._proc_session(os.getpid()) or (0, math.inf))[1], start)
             proc.kill()
-            self.assertTrue(cli_wait(lambda: me._proc_session(proc.pid) is None))
+            wait_until(lambda: me._proc_session(proc.pid) is None)
             self.assertEqual(me._proc_session(proc.pid, dead=True), (sid, start))
         finally:
             proc.kill()
@@ -3258,10 +3227,10 @@ class ExecTest(CliCase):
         cli = self.serve("--exec", "exec 3<&0; setsid sleep 60 <&3 & exit 0")
         text = "x" * 100_000  # more than a pipe holds: writing it blocks till the helper reads or goes
         self.put("a.json", cli_immediate("C1", text))
-        self.assertTrue(cli_wait(lambda: cli.out))
+        wait_until(lambda: cli.out)
         self.put("b.json", cli_immediate("C1", text))
-        self.assertTrue(cli_wait(lambda: len(cli.out) == 2), "the channel waits for the helper")
-        self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) == 1), "a helper outlived its run")
+        wait_until(lambda: len(cli.out) == 2, why="the channel waits for the helper")
+        wait_until(lambda: len(cli_marked(self.mark)) == 1, why="a helper outlived its run")
         cli.proc.send_signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 0)
 
@@ -3286,14 +3255,14 @@ class ExecTest(CliCase):
             reader.join(5)
             proc.stderr.close()
         self.addCleanup(close)
-        self.assertTrue(cli_wait(lambda: any("watching" in line for line in err)), err)
+        wait_until(lambda: any("watching" in line for line in err), why=err)
         names = [f"e{k}.json" for k in range(6)]
         for k, name in enumerate(names):  # a channel each: none waits for another
             self.put(name, cli_immediate(f"C{k}"))
-        self.assertTrue(cli_wait(lambda: sorted(path.name for path in ran.iterdir()) == names, 10), err)
+        wait_until(lambda: sorted(path.name for path in ran.iterdir()) == names, why=err)
         self.assertEqual(sum("the output cannot be written: File too large" in line for line in err), 1, err)
         self.assertEqual((self.dir / "out").read_text().count("[EVENT:e"), 3)
-        self.assertTrue(cli_wait(lambda: not list(self.events.glob("*.json"))), "an event was not done")
+        wait_until(lambda: not list(self.events.glob("*.json")), why="an event was not done")
 
 
 class PromptTest(CliCase):
