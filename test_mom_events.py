@@ -3240,7 +3240,8 @@ class ExecTest(CliCase):
 
         def full_disk() -> None:  # the 4th line fails; SIGXFSZ ignored, write() says EFBIG
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1200, 1200))
+        (self.dir / "out").write_bytes(b"\n" * 1000)  # the output's room is 200 bytes; a crash record's is 1200
         with open(self.dir / "out", "ab") as out:
             proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, self.events, "--poll", "0.02", "--exec",
                                      f'touch {ran}/"$MOM_EVENT_FILE"'], stdout=out, stderr=subprocess.PIPE, text=True,
