@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import pickle
-import queue
 import random
 import re
 import resource
@@ -79,6 +78,104 @@ def wait_until(predicate: object, timeout: float = 10.0, step: float = 0.02, why
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s: {why() if callable(why) else why}")
         time.sleep(step)
+
+
+CLI_HERE = Path(me.__file__).resolve().parent
+MARK = "MOM_EVENTS_TEST_MARK"  # in the environment of every process a test starts: reaped by it at the end
+# The CLI as imported (a mutation tool swaps in its mutants only for the module imported as mom_events);
+# the manual's commands and one test run mom_events.py itself as a script.
+CLI_RUN = "import sys, mom_events; sys.exit(mom_events.main(sys.argv[1:]))"
+
+
+def marked(mark: str, holding: bytes = b"") -> list[int]:
+    """The processes whose environment carries ``mark`` (a test's own, their children and setsid daemons
+    too), and ``holding`` as well."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):  # gone as it was looked at
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            if f"{MARK}={mark}".encode() in environ.split(b"\0") and holding in environ:
+                found.append(int(pid))
+    return found
+
+
+def reap(mark: str) -> None:
+    """Kill the processes that carry ``mark``, and wait until none is left."""
+    for pid in marked(mark):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not marked(mark), why=lambda: f"left running: {marked(mark)}")
+
+
+class CliCase(unittest.TestCase):
+    """A temporary events directory, and the CLI in subprocesses marked for reaping."""
+
+    def setUp(self) -> None:
+        self.dir = temp_dir(self)
+        self.events = self.dir / "events"
+        self.events.mkdir()
+        self.mark = uuid.uuid4().hex
+        self.addCleanup(reap, self.mark)
+
+    def env(self, **more: str) -> dict[str, str]:
+        return dict(os.environ, PYTHONPATH=str(CLI_HERE), **{MARK: self.mark}, **more)
+
+    def run_cli(self, *args: object, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", CLI_RUN, *map(str, args)], capture_output=True,
+                              text=True, timeout=30, env=self.env(**env))
+
+    def serve(self, *args: object) -> CliServer:
+        server = CliServer(self, self.events, "--poll", "0.02", *args)
+        server.wait_err("watching")
+        return server
+
+    def put(self, name: str, content: object, mtime: float | None = None) -> Path:
+        return put(self.events, name, content, mtime)
+
+
+class CliServer:
+    """A harness in a subprocess, its stdout and stderr collected line by line; ``line()`` takes stdout's next."""
+
+    def __init__(self, test: CliCase, *args: object) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, *map(str, args)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=test.env())
+        test.addCleanup(self.close)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.taken = 0
+        self.readers = [threading.Thread(target=self.collect, args=pair, daemon=True)
+                        for pair in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def collect(stream, lines: list[str]) -> None:
+        for line in stream:
+            lines.append(line.rstrip("\n"))
+
+    def line(self, timeout: float = 10) -> str:
+        wait_until(lambda: len(self.out) > self.taken, timeout, why=lambda: f"no line; its log: {self.err}")
+        self.taken += 1
+        return self.out[self.taken - 1]
+
+    def wait_err(self, text: str, timeout: float = 10.0) -> str:
+        wait_until(lambda: any(text in line for line in self.err), timeout, why=lambda: f"{text!r} in {self.err}")
+        return next(line for line in self.err if text in line)
+
+    def finish(self, timeout: float = 10) -> int:
+        status = self.proc.wait(timeout)
+        for reader in self.readers:
+            reader.join(5)
+        return status
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for reader in self.readers:
+            reader.join(5)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
 
 
 # --- Data model and parsing ---
@@ -2496,83 +2593,21 @@ class WatcherDetailTest(unittest.TestCase):
 
 # --- Crashes: real harnesses killed, restarted and taken over; every process they start is ended by the test ---
 
-MODULE = Path(me.__file__).resolve()
-
-
-def tagged(mark: str) -> list[int]:
-    """The processes whose environment carries ``mark`` (every harness a test starts, and what they start)."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if mark.encode() in Path(f"/proc/{pid}/environ").read_bytes():
-                pids.append(int(pid))
-        except OSError:
-            pass
-    return pids
-
-
-class Harness:
-    """``python mom_events.py DIR ...`` in a subprocess, its stdout lines read as they come."""
-
-    def __init__(self, test: unittest.TestCase, directory: Path, *args: str) -> None:
-        self.mark = test.mark
-        env = {**os.environ, "MOM_TEST_MARK": self.mark, "PYTHONPATH": str(MODULE.parent)}
-        run = "import sys, mom_events; sys.exit(mom_events.main(sys.argv[1:]))"  # imported: mutmut can see it
-        self.proc = subprocess.Popen([sys.executable, "-c", run, str(directory), *args], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.log: list[str] = []
-        threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put), daemon=True).start()
-        threading.Thread(target=self._read, args=(self.proc.stderr, self.log.append), daemon=True).start()
-        test.addCleanup(self.close)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            stream.close()  # type: ignore[union-attr]
-
-    @staticmethod
-    def _read(stream: object, keep: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            keep(line.rstrip("\n"))  # type: ignore[operator]
-
-    def line(self, timeout: float = 10) -> str:
-        try:
-            return self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no line within {timeout} s; its log: {self.log}") from None
-
-    def logged(self, text: str, timeout: float = 10) -> None:
-        wait_until(lambda: any(text in line for line in self.log), timeout, why=lambda: f"{text!r} in {self.log}")
-
-
-class CrashTest(unittest.TestCase):
+class CrashTest(CliCase):
     def setUp(self) -> None:
-        self.mark = f"mom-test-{uuid.uuid4().hex}"
-        self.dir = temp_dir(self) / "events"
-        self.dir.mkdir()
-        self.addCleanup(self.reap)
+        super().setUp()
+        self.dir = self.events  # its parent holds what the commands write
 
-    def reap(self) -> None:
-        for pid in tagged(self.mark):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        wait_until(lambda: not tagged(self.mark))
-
-    def harness(self, *args: str) -> Harness:
-        return Harness(self, self.dir, *args)
+    def harness(self, *args: str) -> CliServer:
+        return CliServer(self, self.dir, *args)
 
     def commands(self) -> list[int]:
         """The processes of the commands the harnesses ran (they carry MOM_EVENT_RUN)."""
-        return [pid for pid in tagged(self.mark) if b"MOM_EVENT_RUN=" in Path(f"/proc/{pid}/environ").read_bytes()]
+        return marked(self.mark, b"MOM_EVENT_RUN=")
 
     def test_a_killed_harness_commands_are_stopped_and_the_run_told_interrupted(self) -> None:
         first = self.harness("--exec", "setsid sleep 300 & sleep 300")
-        first.logged("watching")  # written after the start-up: a file written before a first start is stale
+        first.wait_err("watching")  # written after the start-up: a file written before a first start is stale
         put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
         self.assertTrue(first.line().endswith("[EVENT:hook.json:immediate] deploy"))
         wait_until(lambda: len(self.commands()) >= 3)  # the shell, its sleep, and the one that left its session
@@ -2587,13 +2622,13 @@ class CrashTest(unittest.TestCase):
         wait_until(lambda: not (self.dir / "hook.json").exists())  # not run again as new
         second.proc.terminate()
         self.assertEqual(second.proc.wait(10), 0)
-        self.assertEqual(second.lines.qsize(), 0)
+        self.assertEqual(second.out, [told])
 
     def test_a_successor_stops_a_command_that_renamed_itself_or_cleared_its_environment(self) -> None:
         pids = self.dir.parent / "pids"
         renamed = """perl -e '$0 = "renamed"; sleep 300'"""  # its environment overwritten by its new name
         first = self.harness("--exec", f"{renamed} & echo $! >> {pids}; env -i sleep 300 & echo $! >> {pids}; wait")
-        first.logged("watching")
+        first.wait_err("watching")
         put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
         first.line()
         wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
@@ -2608,7 +2643,7 @@ class CrashTest(unittest.TestCase):
 
     def test_a_successor_stops_the_command_of_a_notice_the_dead_harness_was_telling(self) -> None:
         first = self.harness("--exec", "sleep 300")
-        first.logged("watching")
+        first.wait_err("watching")
         put(self.dir, "bad.json", '{"type": "immediate", "channelId": "C1", "text": "hi",}')  # a JSON slip
         self.assertIn("[EVENT:bad.json:rejected]", first.line())
         wait_until(lambda: self.commands())
@@ -2621,7 +2656,7 @@ class CrashTest(unittest.TestCase):
 
     def test_a_run_cut_short_by_the_shutdown_is_told_at_the_next_start(self) -> None:
         first = self.harness("--exec", "sleep 300", "--grace", "0.3")
-        first.logged("watching")
+        first.wait_err("watching")
         put(self.dir, "task.json", {"type": "immediate", "channelId": "C1", "text": "long"})
         first.line()
         wait_until(lambda: self.commands())
@@ -2638,11 +2673,11 @@ class CrashTest(unittest.TestCase):
 
     def test_a_standby_takes_over_a_killed_harness_without_overlapping_its_run(self) -> None:
         first = self.harness("--exec", "sleep 300")
-        first.logged("watching")
+        first.wait_err("watching")
         put(self.dir, "a.json", {"type": "immediate", "channelId": "C1", "text": "one"})
         first.line()
         standby = self.harness("--standby", "--exec", "echo ran >> " + str(self.dir.parent / "ran"))
-        standby.logged("standing by")
+        standby.wait_err("standing by")
         wait_until(lambda: self.commands())
         first.proc.kill()
         self.assertIn("[EVENT:a.json:interrupted]", standby.line())
@@ -2670,15 +2705,15 @@ class CrashTest(unittest.TestCase):
         wait_until(locked)
         starting.proc.kill()
         starting.proc.wait()
-        self.assertFalse(any("watching" in line for line in starting.log))  # killed while starting up, as meant
+        self.assertFalse(any("watching" in line for line in starting.err))  # killed while starting up, as meant
         self.assertEqual((lock.read_text(), lock.stat().st_mtime), ("1\n", 1000.0))
 
     def test_a_command_that_ignores_sigterm_and_keeps_forking_is_stopped_whole(self) -> None:
         harness = self.harness("--exec", 'trap "" TERM; while :; do sleep 40 & sleep 0.01; done', "--exec-timeout", "1")
-        harness.logged("watching")
+        harness.wait_err("watching")
         put(self.dir, "fork.json", {"type": "immediate", "channelId": "C1", "text": "fork"})
         harness.line()
-        harness.logged("timed out after 1 s", timeout=15)
+        harness.wait_err("timed out after 1 s", timeout=15)
         self.assertEqual(self.commands(), [])
 
 
@@ -2895,99 +2930,6 @@ class ReadmeTest(unittest.TestCase):
         compile(first, "README.md", "exec")
 
 
-CLI_HERE = Path(me.__file__).resolve().parent
-CLI_MARK = "MOM_EVENTS_CLI_TEST"  # in the environment of every process a test starts: reaped by it at the end
-
-
-def cli_marked(mark: str) -> list[int]:
-    """The processes whose environment carries ``mark`` (a test's own, children and setsid daemons too)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as environ:
-                if f"{CLI_MARK}={mark}".encode() in environ.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
-def cli_reap(mark: str) -> None:
-    for pid in cli_marked(mark):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-class CliCase(unittest.TestCase):
-    """A temporary events directory, and the CLI in subprocesses marked for reaping."""
-
-    def setUp(self) -> None:
-        self.dir = temp_dir(self)
-        self.events = self.dir / "events"
-        self.events.mkdir()
-        self.mark = uuid.uuid4().hex
-        self.addCleanup(cli_reap, self.mark)
-
-    def env(self, **more: str) -> dict[str, str]:
-        return dict(os.environ, PYTHONPATH=str(CLI_HERE), **{CLI_MARK: self.mark}, **more)
-
-    def run_cli(self, *args: object, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", CLI_RUN, *map(str, args)], capture_output=True,
-                              text=True, timeout=30, env=self.env(**env))
-
-    def serve(self, *args: object) -> CliServer:
-        server = CliServer(self, self.events, "--poll", "0.02", *args)
-        server.wait_err("watching")
-        return server
-
-    def put(self, name: str, content: object, mtime: float | None = None) -> Path:
-        return put(self.events, name, content, mtime)
-
-
-# The CLI as imported (a mutation tool swaps in its mutants only for the module imported as mom_events);
-# the manual's commands and one test run mom_events.py itself as a script.
-CLI_RUN = "import sys, mom_events; sys.exit(mom_events.main(sys.argv[1:]))"
-
-
-class CliServer:
-    """A harness in a subprocess, its stdout and stderr collected line by line."""
-
-    def __init__(self, test: CliCase, *args: object) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=test.env())
-        test.addCleanup(self.close)
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.readers = [threading.Thread(target=self.collect, args=pair, daemon=True)
-                        for pair in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for reader in self.readers:
-            reader.start()
-
-    @staticmethod
-    def collect(stream, lines: list[str]) -> None:
-        for line in stream:
-            lines.append(line.rstrip("\n"))
-
-    def wait_err(self, text: str, timeout: float = 10.0) -> str:
-        wait_until(lambda: any(text in line for line in self.err), timeout, why=lambda: f"{text!r} in {self.err}")
-        return next(line for line in self.err if text in line)
-
-    def finish(self, timeout: float = 10) -> int:
-        status = self.proc.wait(timeout)
-        for reader in self.readers:
-            reader.join(5)
-        return status
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for reader in self.readers:
-            reader.join(5)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
-
-
 def cli_immediate(channel: str = "C1", text: str = "ping") -> dict:
     return {"type": "immediate", "channelId": channel, "text": text}
 
@@ -3131,7 +3073,7 @@ class ExecTest(CliCase):
                 self.put(f"{text}.json", cli_immediate("C1", text))
                 line = cli.wait_err(f"{text}.json: command failed")
                 self.assertTrue(line.endswith(f"ERROR {text}.json: command failed: {said}"), line)
-        wait_until(lambda: len(cli_marked(self.mark)) == 1)  # the harness: the setsid child went
+        wait_until(lambda: len(marked(self.mark)) == 1)  # the harness: the setsid child went
         self.assertFalse(any("Traceback" in line for line in cli.err))
 
     def test_one_command_at_a_time_per_channel_and_channels_concurrently(self):
@@ -3152,13 +3094,13 @@ class ExecTest(CliCase):
     def test_grace_running_out_stops_the_command_keeps_its_file_and_exits_1(self):
         cli = self.serve("--grace", "0.3", "--exec", "setsid sleep 30 & sleep 30")
         self.put("a.json", cli_immediate())
-        wait_until(lambda: len(cli_marked(self.mark)) >= 4)  # python, sh and two sleeps
+        wait_until(lambda: len(marked(self.mark)) >= 4)  # python, sh and two sleeps
         started = time.monotonic()
         cli.proc.send_signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 1)
         self.assertLess(time.monotonic() - started, 4)
         self.assertEqual(len(list(self.events.glob(".mom_events/run.*"))), 1)  # its record kept, to be told
-        wait_until(lambda: not cli_marked(self.mark), why="a command outlived the harness")
+        wait_until(lambda: not marked(self.mark), why="a command outlived the harness")
 
     def test_a_second_signal_exits_at_once_and_kills_the_commands(self):
         for signum, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
@@ -3167,14 +3109,14 @@ class ExecTest(CliCase):
                                 "sleep 30")
                 cli.wait_err("watching")
                 self.put("a.json", cli_immediate())
-                wait_until(lambda: len(cli_marked(self.mark)) >= 4)
+                wait_until(lambda: len(marked(self.mark)) >= 4)
                 cli.proc.send_signal(signum)
                 cli.wait_err("stopping")
                 started = time.monotonic()
                 cli.proc.send_signal(signum)
                 self.assertEqual(cli.finish(), status)
                 self.assertLess(time.monotonic() - started, 3)
-                wait_until(lambda: not cli_marked(self.mark), why="a command outlived the harness")
+                wait_until(lambda: not marked(self.mark), why="a command outlived the harness")
                 (self.events / "a.json").unlink(missing_ok=True)
 
     def test_a_command_that_renames_itself_or_clears_its_environment_is_stopped_all_the_same(self):
@@ -3230,7 +3172,7 @@ class ExecTest(CliCase):
         wait_until(lambda: cli.out)
         self.put("b.json", cli_immediate("C1", text))
         wait_until(lambda: len(cli.out) == 2, why="the channel waits for the helper")
-        wait_until(lambda: len(cli_marked(self.mark)) == 1, why="a helper outlived its run")
+        wait_until(lambda: len(marked(self.mark)) == 1, why="a helper outlived its run")
         cli.proc.send_signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 0)
 
