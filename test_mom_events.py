@@ -1165,8 +1165,7 @@ class CronListTest(unittest.TestCase):
                                  "in America/New_York: it does not run in between"])
 
 
-# --- Timing, scanning, the schedule, the channels, the history: each part against a plain model ---
-
+# --- Timing and the judge ---
 
 class TimingTest(unittest.TestCase):
     """An interval's runs, and start/until, through the public parse and the timing of the judge."""
@@ -1417,6 +1416,8 @@ class CalendarIntervalTest(unittest.TestCase):
         self.assertIsNone(timing.next_after(datetime(9990, 1, 7, tzinfo=UTC).timestamp()))  # type: ignore
 
 
+# --- Directory scanning ---
+
 class ScanTest(unittest.TestCase):
     """The scanner on a real directory: created, changed, deleted; a rewrite the stat cannot see."""
 
@@ -1512,6 +1513,9 @@ class ScanTest(unittest.TestCase):
         self.assertEqual(logs.output, [f"ERROR:mom_events:{said} cannot be listed: No such file or directory",
                                        f"WARNING:mom_events:{said} can be listed again"])
 
+
+# --- The schedule ---
+
 class ScheduleModelTest(unittest.TestCase):
     """The heap against a dict: one live entry per file, cancelled ones never come up, earliest first."""
 
@@ -1546,6 +1550,9 @@ class ScheduleModelTest(unittest.TestCase):
             sizes.append(len(heap._heap))
         self.assertEqual(sizes, [*range(1, 69), 2])  # 68 = 2 x 2 live + 64 is kept; one more leaves the live two
         self.assertEqual(heap.pop_due(100.0), [(67.0, "b"), (68.0, "a")])
+
+
+# --- The channel queues ---
 
 class ChannelsModelTest(unittest.TestCase):
     """The queues against a plain model: FIFO per channel, one run at a time, at most 5 waiting, notices
@@ -1633,6 +1640,9 @@ class ChannelsModelTest(unittest.TestCase):
         self.assertEqual(channels.wait(5), [])
         self.assertLess(time.monotonic() - begun, 2)  # woken by the run's end, not by the timeout
 
+
+# --- The history ---
+
 class HistoryTest(unittest.TestCase):
     def test_lines_are_private_whole_and_a_torn_line_never_merges_into_the_next(self) -> None:
         d = temp_dir(self)
@@ -1685,7 +1695,7 @@ class HistoryTest(unittest.TestCase):
                                        f"ERROR:mom_events:{said} cannot be written: No such file or directory"])
 
 
-# --- The files and the watcher, on simulated time: the public step(now), workers held by spawn= ---
+# --- The files and their runs: on simulated time (the public step(now), workers held by spawn=), then real crashes ---
 
 T0 = utc(2030, 1, 7, 9).timestamp()  # a Monday, 09:00 UTC
 
@@ -2007,6 +2017,33 @@ class WatcherRunTest(unittest.TestCase):
         self.assertEqual(got, ["b.json"])
         self.assertEqual(len(list((sim.dir / ".mom_events").glob("run.*"))), 1)  # told interrupted at the next start
 
+    def test_a_one_shot_with_an_mtime_ahead_of_the_clock_runs_at_its_time(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "d.json", one_shot(T0 + 60), mtime=T0 + 3600)  # cp -p from a host whose clock is ahead
+        self.assertEqual(sim.step(), T0 + 60)
+        sim.step(60)
+        self.assertEqual(len(sim.run()), 1)
+
+    def test_an_interval_with_an_mtime_ahead_of_the_clock_keeps_its_phase_across_restarts(self) -> None:
+        first = Sim(self).start()
+        put(first.dir, "p.json", every("20s"), mtime=T0 + 86400)  # touch -d '+1 day'
+        due = first.step()
+        first.watcher.stop(0)
+        second = Sim(self, directory=first.dir, now=T0 + 8).start()
+        self.assertEqual(second.step(), due)
+
+    def test_an_occurrence_a_second_late_or_more_says_so_and_less_does_not(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "a.json", one_shot(T0 + 10), mtime=T0)
+        put(sim.dir, "b.json", one_shot(T0 + 11.2, channel="C2"), mtime=T0)
+        sim.step()
+        sim.step(10)
+        sim.step(1.2)
+        sim.now += 0.3  # a.json starts 1.5 s late, b.json 0.3 s late
+        sim.run()
+        self.assertEqual([e.late for e in sim.got], [1.5, None])
+        self.assertIn("late by 1 second) remind", sim.got[0].message)
+
 
 class DowntimeTest(unittest.TestCase):
     """What a start-up does with what fell due while no harness ran: the lock file's mtime is the last sign
@@ -2279,6 +2316,262 @@ class DowntimeTest(unittest.TestCase):
                                                                       ".mom_events.lock"])
         self.assertEqual(list((sim.dir / ".mom_events").iterdir()), [])
 
+    def test_a_periodic_run_that_ended_just_before_a_crash_is_not_run_again(self) -> None:
+        first = Sim(self).start()
+        put(first.dir, "p.json", every("10s", start=iso(T0 + 0.7)), mtime=T0 - 5)
+        first.step(0.7)  # fires, its sign of life written first; then ends
+        self.assertEqual(len(first.run()), 1)
+        first.watcher.stop(0)  # as a crash: nothing is written after the last beat
+        second = Sim(self, directory=first.dir, now=T0 + 1.5).start()
+        self.assertEqual(second.run(), [])
+
+    def test_nothing_runs_before_the_start_up_is_done_and_its_sign_of_life_written(self) -> None:
+        seen: list[float] = []
+        sim = Sim(self, spawn=lambda work: (seen.append(lock.stat().st_mtime), sim.workers.append(work)))
+        lock = sim.dir / ".mom_events.lock"
+        sim.down_since(T0 - 7200)
+        put(sim.dir, "p.json", every("1h", start=iso(T0 - 7200 - 1800), catchUp=True), mtime=T0 - 9999)
+        sim.start()
+        self.assertEqual(seen, [T0])  # a start-up killed before then leaves the last harness's trace as it was
+        self.assertEqual(len(sim.run()), 1)
+
+    def test_after_the_clock_steps_back_a_restart_runs_nothing_twice(self) -> None:
+        first = Sim(self).start()
+        put(first.dir, "p.json", every("10s", start=iso(T0)), mtime=T0 - 5)
+        first.step(0)
+        self.assertEqual(len(first.run()), 1)  # at T0
+        first.step(10)
+        self.assertEqual(len(first.run()), 1)  # and T0 + 10
+        first.step(-30)  # the clock steps back, then the harness dies
+        first.watcher.stop(0)
+        second = Sim(self, directory=first.dir, now=T0 - 20).start()
+        for _ in range(4):
+            second.step(10)  # to T0 + 20
+        self.assertEqual([m.split("(due ")[1][11:19] for m in second.run()], ["09:00:20"])
+
+    def test_a_missed_notice_goes_to_the_files_own_channel(self) -> None:
+        sim = Sim(self).down_since(T0 - 600)
+        put(sim.dir, "d.json", one_shot(T0 - 300, channel="C7"), mtime=T0 - 900)
+        sim.start()
+        sim.run()
+        self.assertEqual([(e.type, e.channel_id) for e in sim.got], [("missed", "C7")])
+
+
+class RecordsTest(unittest.TestCase):
+    """The records that outlive a stop or a crash: a run's, a notice's, and what a start-up finds of them."""
+
+    def test_a_run_whose_marker_cannot_be_written_does_not_start_and_its_file_stays(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "h.json", every("1s"), mtime=T0)
+        sim.step(1)
+        full, real_open = OSError(28, "No space left on device"), os.open
+        records = lambda path, *args, **kwargs: (_ for _ in ()).throw(full) if "/.mom_events/run." in str(path) \
+            else real_open(path, *args, **kwargs)
+        with unittest.mock.patch("os.open", records), self.assertLogs("mom_events", "ERROR"):
+            sim.run()
+        self.assertEqual(sim.got, [])
+        self.assertEqual(sim.files(), ["h.json"])
+        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
+        self.assertEqual([p.name for p in sim.dir.iterdir() if p.name.startswith(".mom_events.run")], [])
+
+    def test_stop_cancels_what_waits_keeps_its_files_and_the_notices_markers(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "h.json", IMMEDIATE)
+        put(sim.dir, "bad.json", '{"type": "immediate", "channelId": "C2", "text": 1}')
+        sim.step()
+        for _ in range(3):
+            sim.step(0.4)
+        sim.watcher.stop(0)
+        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
+        self.assertEqual(sim.files(), ["bad.json.rejected", "h.json"])
+        told = Sim(self, directory=sim.dir, now=T0 + 5).start().run()  # the notice, at the next start
+        self.assertEqual([m.split(" ")[0] for m in told], ["[EVENT:bad.json:rejected]", "[EVENT:h.json:immediate]"])
+        self.assertEqual(list(sim.dir.glob(".mom_events.run.*")), [])  # told: no marker is left
+
+    def test_a_torn_marker_is_kept_unread_and_a_file_left_aside_removed_at_the_start(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events.run.0123").write_text('{"notice": {"filen')
+        (d / ".mom_events.take.4567").write_text("{}")
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            Sim(self, directory=d).start()
+        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])
+        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["unread.mom_events.run.0123"])
+        self.assertEqual(len(logs.output), 2)
+
+
+class CrashTest(CliCase):
+    """The records that outlive a crash, with real harnesses killed, restarted and taken over; every process
+    they start is ended by the test."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.dir = self.events  # its parent holds what the commands write
+
+    def harness(self, *args: str) -> CliServer:
+        return CliServer(self, self.dir, *args)
+
+    def commands(self) -> list[int]:
+        """The processes of the commands the harnesses ran (they carry MOM_EVENT_RUN)."""
+        return marked(self.mark, b"MOM_EVENT_RUN=")
+
+    def test_a_killed_harness_commands_are_stopped_and_the_run_told_interrupted(self) -> None:
+        first = self.harness("--exec", "setsid sleep 300 & sleep 300")
+        first.wait_err("watching")  # written after the start-up: a file written before a first start is stale
+        put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
+        self.assertTrue(first.line().endswith("[EVENT:hook.json:immediate] deploy"))
+        wait_until(lambda: len(self.commands()) >= 3)  # the shell, its sleep, and the one that left its session
+        first.proc.kill()
+        first.proc.wait()
+        second = self.harness("--exec", "true")
+        told = second.line()
+        self.assertEqual(self.commands(), [])  # stopped before anything ran, setsid child included
+        self.assertIn("[EVENT:hook.json:interrupted] This run was cut short", told)
+        self.assertRegex(told, r"so its outcome is unknown\. [1-9] process(es)? it left running (was|were) "
+                               r"stopped\. It was: \[EVENT:hook\.json:immediate\] deploy$")
+        wait_until(lambda: not (self.dir / "hook.json").exists())  # not run again as new
+        second.proc.terminate()
+        self.assertEqual(second.proc.wait(10), 0)
+        self.assertEqual(second.out, [told])
+
+    def test_a_successor_stops_a_command_that_renamed_itself_or_cleared_its_environment(self) -> None:
+        pids = self.dir.parent / "pids"
+        renamed = """perl -e '$0 = "renamed"; sleep 300'"""  # its environment overwritten by its new name
+        first = self.harness("--exec", f"{renamed} & echo $! >> {pids}; env -i sleep 300 & echo $! >> {pids}; wait")
+        first.wait_err("watching")
+        put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
+        first.line()
+        wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
+        seen = {pid: proc_session(pid) for pid in map(int, pids.read_text().split())}
+        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if proc_session(pid) == was])
+        wait_until(lambda: all(b"MOM_EVENT_RUN=" not in Path(f"/proc/{pid}/environ").read_bytes() for pid in seen))
+        first.proc.kill()
+        first.proc.wait()
+        second = self.harness()
+        self.assertIn("[EVENT:hook.json:interrupted]", second.line())
+        self.assertEqual([pid for pid, was in seen.items() if proc_session(pid) == was], [])  # stopped before it told
+
+    def test_a_successor_stops_the_command_of_a_notice_the_dead_harness_was_telling(self) -> None:
+        first = self.harness("--exec", "sleep 300")
+        first.wait_err("watching")
+        put(self.dir, "bad.json", '{"type": "immediate", "channelId": "C1", "text": "hi",}')  # a JSON slip
+        self.assertIn("[EVENT:bad.json:rejected]", first.line())
+        wait_until(lambda: self.commands())
+        old = {pid: proc_session(pid) for pid in self.commands()}
+        first.proc.kill()
+        first.proc.wait()
+        second = self.harness("--exec", "true")
+        self.assertIn("[EVENT:bad.json:rejected]", second.line())  # told again: at least once
+        self.assertEqual([pid for pid, was in old.items() if proc_session(pid) == was], [])  # and never beside itself
+
+    def test_a_run_cut_short_by_the_shutdown_is_told_at_the_next_start(self) -> None:
+        first = self.harness("--exec", "sleep 300", "--grace", "0.3")
+        first.wait_err("watching")
+        put(self.dir, "task.json", {"type": "immediate", "channelId": "C1", "text": "long"})
+        first.line()
+        wait_until(lambda: self.commands())
+        first.proc.terminate()
+        self.assertEqual(first.proc.wait(10), 1)
+        self.assertEqual(self.commands(), [])
+        records = [json.loads(p.read_bytes().partition(b"\n\0")[2].split(b"\n")[0])
+                   for p in self.dir.glob(".mom_events/run.*")]
+        self.assertEqual([r["tell"]["filename"] for r in records], ["task.json"])  # its record: never "ran"
+        self.assertFalse((self.dir / "task.json").exists())  # gone as its run began
+        second = self.harness("--no-notify")
+        self.assertIn("[EVENT:task.json:interrupted]", second.line())  # not silenced by --no-notify
+        wait_until(lambda: not (self.dir / "task.json").exists())
+
+    def test_a_standby_takes_over_a_killed_harness_without_overlapping_its_run(self) -> None:
+        first = self.harness("--exec", "sleep 300")
+        first.wait_err("watching")
+        put(self.dir, "a.json", {"type": "immediate", "channelId": "C1", "text": "one"})
+        first.line()
+        standby = self.harness("--standby", "--exec", "echo ran >> " + str(self.dir.parent / "ran"))
+        standby.wait_err("standing by")
+        wait_until(lambda: self.commands())
+        first.proc.kill()
+        self.assertIn("[EVENT:a.json:interrupted]", standby.line())
+        def sleeping(pid: int) -> bool:  # the notice's own short command may be gone as it is looked at
+            with contextlib.suppress(OSError):
+                return b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            return False
+        self.assertEqual([pid for pid in self.commands() if sleeping(pid)], [])
+        put(self.dir, "b.json", {"type": "immediate", "channelId": "C1", "text": "two"})
+        self.assertTrue(standby.line().endswith("two"))
+
+    def test_a_start_up_killed_before_it_finished_leaves_the_last_sign_of_life(self) -> None:
+        lock = self.dir / ".mom_events.lock"
+        lock.write_text("1\n")
+        os.utime(lock, (1000.0, 1000.0))
+        for i in range(4000):
+            put(self.dir, f"p{i:04}.json", {"type": "periodic", "channelId": f"C{i}", "text": "t", "every": "1h"})
+        starting = self.harness()
+
+        def locked() -> bool:  # the start-up is under way: it holds the lock
+            try:
+                return any(os.readlink(fd) == str(lock) for fd in Path(f"/proc/{starting.proc.pid}/fd").iterdir())
+            except OSError:  # a descriptor closed as it was read
+                return False
+        wait_until(locked)
+        starting.proc.kill()
+        starting.proc.wait()
+        self.assertFalse(any("watching" in line for line in starting.err))  # killed while starting up, as meant
+        self.assertEqual((lock.read_text(), lock.stat().st_mtime), ("1\n", 1000.0))
+
+    def test_a_command_that_ignores_sigterm_and_keeps_forking_is_stopped_whole(self) -> None:
+        harness = self.harness("--exec", 'trap "" TERM; while :; do sleep 40 & sleep 0.01; done', "--exec-timeout", "1")
+        harness.wait_err("watching")
+        put(self.dir, "fork.json", {"type": "immediate", "channelId": "C1", "text": "fork"})
+        harness.line()
+        harness.wait_err("timed out after 1 s", timeout=15)
+        self.assertEqual(self.commands(), [])
+
+
+# --- The watcher ---
+
+class WatcherTest(unittest.TestCase):
+    """The watcher as a whole: its thread, stop, and its clock and timezone."""
+
+    def test_a_callback_that_outlives_stop_still_finishes_its_file_and_then_lets_the_lock_go(self) -> None:
+        d, release = temp_dir(self), threading.Event()
+        watcher = me.EventsWatcher(d, lambda event: release.wait(10))
+        watcher.start()
+        put(d, "h.json", IMMEDIATE)
+        wait_until(lambda: list(d.glob(".mom_events/run.*")))
+        self.assertEqual(watcher.stop(0.05), ["C1"])
+        release.set()
+        wait_until(lambda: not list(d.glob(".mom_events/run.*")))
+        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])  # deleted
+        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["held"])  # its record removed
+
+        def taken() -> bool:
+            try:
+                (successor := me.EventsWatcher(d, print)).start()
+            except EventError:
+                return False
+            self.addCleanup(successor.stop, 0)
+            return True
+        wait_until(taken, why="the lock was never let go")
+
+    def test_an_interval_is_due_in_the_users_timezone_and_the_lock_says_when_it_was_alive(self) -> None:
+        sim = Sim(self, timezone="America/New_York").start()
+        put(sim.dir, "p.json", every("1m", start=iso(T0 + 60)), mtime=T0)
+        sim.step(60)
+        sim.run()
+        self.assertEqual(sim.got[0].due.isoformat() if sim.got[0].due else "", "2030-01-07T04:01:00-05:00")
+        self.assertEqual((sim.dir / ".mom_events.lock").stat().st_mtime, T0 + 60)
+
+    def test_the_thread_fires_on_time_whatever_the_poll_and_submit_waits_for_a_busy_channel(self) -> None:
+        d, got, release = temp_dir(self), [], threading.Event()
+        watcher = me.EventsWatcher(d, lambda e: (got.append(time.time()), release.wait(5)), poll_interval=1)
+        watcher.start()
+        self.addCleanup(watcher.stop, 0)
+        due = time.time() + 1.5  # seen within a poll, then slept to
+        put(d, ".o.tmp", one_shot(due)).rename(d / "o.json")
+        wait_until(lambda: got)
+        self.assertLess(abs(got[0] - due), 0.05)  # the poll is 1 s: the thread slept to the due time, not past it
+        self.assertFalse(watcher.submit("C1", print))  # the channel is busy
+        release.set()
+
 
 class SystemdTest(unittest.TestCase):
     def test_ready_watchdog_and_stopping(self) -> None:
@@ -2437,498 +2730,7 @@ class LockTest(unittest.TestCase):
         self.assertIn("(due 2030-07-01T12:00:00+02:00)", sim.run()[0])
 
 
-class AdversarialFindingsTest(unittest.TestCase):
-    """What the adversarial pass found, each a test that failed before its fix."""
-
-    def test_a_periodic_run_that_ended_just_before_a_crash_is_not_run_again(self) -> None:
-        first = Sim(self).start()
-        put(first.dir, "p.json", every("10s", start=iso(T0 + 0.7)), mtime=T0 - 5)
-        first.step(0.7)  # fires, its sign of life written first; then ends
-        self.assertEqual(len(first.run()), 1)
-        first.watcher.stop(0)  # as a crash: nothing is written after the last beat
-        second = Sim(self, directory=first.dir, now=T0 + 1.5).start()
-        self.assertEqual(second.run(), [])
-
-    def test_nothing_runs_before_the_start_up_is_done_and_its_sign_of_life_written(self) -> None:
-        seen: list[float] = []
-        sim = Sim(self, spawn=lambda work: (seen.append(lock.stat().st_mtime), sim.workers.append(work)))
-        lock = sim.dir / ".mom_events.lock"
-        sim.down_since(T0 - 7200)
-        put(sim.dir, "p.json", every("1h", start=iso(T0 - 7200 - 1800), catchUp=True), mtime=T0 - 9999)
-        sim.start()
-        self.assertEqual(seen, [T0])  # a start-up killed before then leaves the last harness's trace as it was
-        self.assertEqual(len(sim.run()), 1)
-
-    def test_a_run_whose_marker_cannot_be_written_does_not_start_and_its_file_stays(self) -> None:
-        sim = Sim(self).start()
-        put(sim.dir, "h.json", every("1s"), mtime=T0)
-        sim.step(1)
-        full, real_open = OSError(28, "No space left on device"), os.open
-        records = lambda path, *args, **kwargs: (_ for _ in ()).throw(full) if "/.mom_events/run." in str(path) \
-            else real_open(path, *args, **kwargs)
-        with unittest.mock.patch("os.open", records), self.assertLogs("mom_events", "ERROR"):
-            sim.run()
-        self.assertEqual(sim.got, [])
-        self.assertEqual(sim.files(), ["h.json"])
-        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
-        self.assertEqual([p.name for p in sim.dir.iterdir() if p.name.startswith(".mom_events.run")], [])
-
-    def test_a_one_shot_with_an_mtime_ahead_of_the_clock_runs_at_its_time(self) -> None:
-        sim = Sim(self).start()
-        put(sim.dir, "d.json", one_shot(T0 + 60), mtime=T0 + 3600)  # cp -p from a host whose clock is ahead
-        self.assertEqual(sim.step(), T0 + 60)
-        sim.step(60)
-        self.assertEqual(len(sim.run()), 1)
-
-    def test_a_callback_that_outlives_stop_still_finishes_its_file_and_then_lets_the_lock_go(self) -> None:
-        d, release = temp_dir(self), threading.Event()
-        watcher = me.EventsWatcher(d, lambda event: release.wait(10))
-        watcher.start()
-        put(d, "h.json", IMMEDIATE)
-        wait_until(lambda: list(d.glob(".mom_events/run.*")))
-        self.assertEqual(watcher.stop(0.05), ["C1"])
-        release.set()
-        wait_until(lambda: not list(d.glob(".mom_events/run.*")))
-        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])  # deleted
-        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["held"])  # its record removed
-
-        def taken() -> bool:
-            try:
-                (successor := me.EventsWatcher(d, print)).start()
-            except EventError:
-                return False
-            self.addCleanup(successor.stop, 0)
-            return True
-        wait_until(taken, why="the lock was never let go")
-
-    def test_after_the_clock_steps_back_a_restart_runs_nothing_twice(self) -> None:
-        first = Sim(self).start()
-        put(first.dir, "p.json", every("10s", start=iso(T0)), mtime=T0 - 5)
-        first.step(0)
-        self.assertEqual(len(first.run()), 1)  # at T0
-        first.step(10)
-        self.assertEqual(len(first.run()), 1)  # and T0 + 10
-        first.step(-30)  # the clock steps back, then the harness dies
-        first.watcher.stop(0)
-        second = Sim(self, directory=first.dir, now=T0 - 20).start()
-        for _ in range(4):
-            second.step(10)  # to T0 + 20
-        self.assertEqual([m.split("(due ")[1][11:19] for m in second.run()], ["09:00:20"])
-
-    def test_an_interval_with_an_mtime_ahead_of_the_clock_keeps_its_phase_across_restarts(self) -> None:
-        first = Sim(self).start()
-        put(first.dir, "p.json", every("20s"), mtime=T0 + 86400)  # touch -d '+1 day'
-        due = first.step()
-        first.watcher.stop(0)
-        second = Sim(self, directory=first.dir, now=T0 + 8).start()
-        self.assertEqual(second.step(), due)
-
-
-class WatcherDetailTest(unittest.TestCase):
-    """Rules a mutation run found unpinned in the files and the watcher."""
-
-    def test_stop_cancels_what_waits_keeps_its_files_and_the_notices_markers(self) -> None:
-        sim = Sim(self).start()
-        put(sim.dir, "h.json", IMMEDIATE)
-        put(sim.dir, "bad.json", '{"type": "immediate", "channelId": "C2", "text": 1}')
-        sim.step()
-        for _ in range(3):
-            sim.step(0.4)
-        sim.watcher.stop(0)
-        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
-        self.assertEqual(sim.files(), ["bad.json.rejected", "h.json"])
-        told = Sim(self, directory=sim.dir, now=T0 + 5).start().run()  # the notice, at the next start
-        self.assertEqual([m.split(" ")[0] for m in told], ["[EVENT:bad.json:rejected]", "[EVENT:h.json:immediate]"])
-        self.assertEqual(list(sim.dir.glob(".mom_events.run.*")), [])  # told: no marker is left
-
-    def test_a_missed_notice_goes_to_the_files_own_channel(self) -> None:
-        sim = Sim(self).down_since(T0 - 600)
-        put(sim.dir, "d.json", one_shot(T0 - 300, channel="C7"), mtime=T0 - 900)
-        sim.start()
-        sim.run()
-        self.assertEqual([(e.type, e.channel_id) for e in sim.got], [("missed", "C7")])
-
-    def test_an_occurrence_a_second_late_or_more_says_so_and_less_does_not(self) -> None:
-        sim = Sim(self).start()
-        put(sim.dir, "a.json", one_shot(T0 + 10), mtime=T0)
-        put(sim.dir, "b.json", one_shot(T0 + 11.2, channel="C2"), mtime=T0)
-        sim.step()
-        sim.step(10)
-        sim.step(1.2)
-        sim.now += 0.3  # a.json starts 1.5 s late, b.json 0.3 s late
-        sim.run()
-        self.assertEqual([e.late for e in sim.got], [1.5, None])
-        self.assertIn("late by 1 second) remind", sim.got[0].message)
-
-    def test_an_interval_is_due_in_the_users_timezone_and_the_lock_says_when_it_was_alive(self) -> None:
-        sim = Sim(self, timezone="America/New_York").start()
-        put(sim.dir, "p.json", every("1m", start=iso(T0 + 60)), mtime=T0)
-        sim.step(60)
-        sim.run()
-        self.assertEqual(sim.got[0].due.isoformat() if sim.got[0].due else "", "2030-01-07T04:01:00-05:00")
-        self.assertEqual((sim.dir / ".mom_events.lock").stat().st_mtime, T0 + 60)
-
-    def test_a_torn_marker_is_kept_unread_and_a_file_left_aside_removed_at_the_start(self) -> None:
-        d = temp_dir(self)
-        (d / ".mom_events.run.0123").write_text('{"notice": {"filen')
-        (d / ".mom_events.take.4567").write_text("{}")
-        with self.assertLogs("mom_events", "WARNING") as logs:
-            Sim(self, directory=d).start()
-        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])
-        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["unread.mom_events.run.0123"])
-        self.assertEqual(len(logs.output), 2)
-
-    def test_the_thread_fires_on_time_whatever_the_poll_and_submit_waits_for_a_busy_channel(self) -> None:
-        d, got, release = temp_dir(self), [], threading.Event()
-        watcher = me.EventsWatcher(d, lambda e: (got.append(time.time()), release.wait(5)), poll_interval=1)
-        watcher.start()
-        self.addCleanup(watcher.stop, 0)
-        due = time.time() + 1.5  # seen within a poll, then slept to
-        put(d, ".o.tmp", one_shot(due)).rename(d / "o.json")
-        wait_until(lambda: got)
-        self.assertLess(abs(got[0] - due), 0.05)  # the poll is 1 s: the thread slept to the due time, not past it
-        self.assertFalse(watcher.submit("C1", print))  # the channel is busy
-        release.set()
-
-
-# --- Crashes: real harnesses killed, restarted and taken over; every process they start is ended by the test ---
-
-class CrashTest(CliCase):
-    def setUp(self) -> None:
-        super().setUp()
-        self.dir = self.events  # its parent holds what the commands write
-
-    def harness(self, *args: str) -> CliServer:
-        return CliServer(self, self.dir, *args)
-
-    def commands(self) -> list[int]:
-        """The processes of the commands the harnesses ran (they carry MOM_EVENT_RUN)."""
-        return marked(self.mark, b"MOM_EVENT_RUN=")
-
-    def test_a_killed_harness_commands_are_stopped_and_the_run_told_interrupted(self) -> None:
-        first = self.harness("--exec", "setsid sleep 300 & sleep 300")
-        first.wait_err("watching")  # written after the start-up: a file written before a first start is stale
-        put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
-        self.assertTrue(first.line().endswith("[EVENT:hook.json:immediate] deploy"))
-        wait_until(lambda: len(self.commands()) >= 3)  # the shell, its sleep, and the one that left its session
-        first.proc.kill()
-        first.proc.wait()
-        second = self.harness("--exec", "true")
-        told = second.line()
-        self.assertEqual(self.commands(), [])  # stopped before anything ran, setsid child included
-        self.assertIn("[EVENT:hook.json:interrupted] This run was cut short", told)
-        self.assertRegex(told, r"so its outcome is unknown\. [1-9] process(es)? it left running (was|were) "
-                               r"stopped\. It was: \[EVENT:hook\.json:immediate\] deploy$")
-        wait_until(lambda: not (self.dir / "hook.json").exists())  # not run again as new
-        second.proc.terminate()
-        self.assertEqual(second.proc.wait(10), 0)
-        self.assertEqual(second.out, [told])
-
-    def test_a_successor_stops_a_command_that_renamed_itself_or_cleared_its_environment(self) -> None:
-        pids = self.dir.parent / "pids"
-        renamed = """perl -e '$0 = "renamed"; sleep 300'"""  # its environment overwritten by its new name
-        first = self.harness("--exec", f"{renamed} & echo $! >> {pids}; env -i sleep 300 & echo $! >> {pids}; wait")
-        first.wait_err("watching")
-        put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
-        first.line()
-        wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
-        seen = {pid: proc_session(pid) for pid in map(int, pids.read_text().split())}
-        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if proc_session(pid) == was])
-        wait_until(lambda: all(b"MOM_EVENT_RUN=" not in Path(f"/proc/{pid}/environ").read_bytes() for pid in seen))
-        first.proc.kill()
-        first.proc.wait()
-        second = self.harness()
-        self.assertIn("[EVENT:hook.json:interrupted]", second.line())
-        self.assertEqual([pid for pid, was in seen.items() if proc_session(pid) == was], [])  # stopped before it told
-
-    def test_a_successor_stops_the_command_of_a_notice_the_dead_harness_was_telling(self) -> None:
-        first = self.harness("--exec", "sleep 300")
-        first.wait_err("watching")
-        put(self.dir, "bad.json", '{"type": "immediate", "channelId": "C1", "text": "hi",}')  # a JSON slip
-        self.assertIn("[EVENT:bad.json:rejected]", first.line())
-        wait_until(lambda: self.commands())
-        old = {pid: proc_session(pid) for pid in self.commands()}
-        first.proc.kill()
-        first.proc.wait()
-        second = self.harness("--exec", "true")
-        self.assertIn("[EVENT:bad.json:rejected]", second.line())  # told again: at least once
-        self.assertEqual([pid for pid, was in old.items() if proc_session(pid) == was], [])  # and never beside itself
-
-    def test_a_run_cut_short_by_the_shutdown_is_told_at_the_next_start(self) -> None:
-        first = self.harness("--exec", "sleep 300", "--grace", "0.3")
-        first.wait_err("watching")
-        put(self.dir, "task.json", {"type": "immediate", "channelId": "C1", "text": "long"})
-        first.line()
-        wait_until(lambda: self.commands())
-        first.proc.terminate()
-        self.assertEqual(first.proc.wait(10), 1)
-        self.assertEqual(self.commands(), [])
-        records = [json.loads(p.read_bytes().partition(b"\n\0")[2].split(b"\n")[0])
-                   for p in self.dir.glob(".mom_events/run.*")]
-        self.assertEqual([r["tell"]["filename"] for r in records], ["task.json"])  # its record: never "ran"
-        self.assertFalse((self.dir / "task.json").exists())  # gone as its run began
-        second = self.harness("--no-notify")
-        self.assertIn("[EVENT:task.json:interrupted]", second.line())  # not silenced by --no-notify
-        wait_until(lambda: not (self.dir / "task.json").exists())
-
-    def test_a_standby_takes_over_a_killed_harness_without_overlapping_its_run(self) -> None:
-        first = self.harness("--exec", "sleep 300")
-        first.wait_err("watching")
-        put(self.dir, "a.json", {"type": "immediate", "channelId": "C1", "text": "one"})
-        first.line()
-        standby = self.harness("--standby", "--exec", "echo ran >> " + str(self.dir.parent / "ran"))
-        standby.wait_err("standing by")
-        wait_until(lambda: self.commands())
-        first.proc.kill()
-        self.assertIn("[EVENT:a.json:interrupted]", standby.line())
-        def sleeping(pid: int) -> bool:  # the notice's own short command may be gone as it is looked at
-            with contextlib.suppress(OSError):
-                return b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes()
-            return False
-        self.assertEqual([pid for pid in self.commands() if sleeping(pid)], [])
-        put(self.dir, "b.json", {"type": "immediate", "channelId": "C1", "text": "two"})
-        self.assertTrue(standby.line().endswith("two"))
-
-    def test_a_start_up_killed_before_it_finished_leaves_the_last_sign_of_life(self) -> None:
-        lock = self.dir / ".mom_events.lock"
-        lock.write_text("1\n")
-        os.utime(lock, (1000.0, 1000.0))
-        for i in range(4000):
-            put(self.dir, f"p{i:04}.json", {"type": "periodic", "channelId": f"C{i}", "text": "t", "every": "1h"})
-        starting = self.harness()
-
-        def locked() -> bool:  # the start-up is under way: it holds the lock
-            try:
-                return any(os.readlink(fd) == str(lock) for fd in Path(f"/proc/{starting.proc.pid}/fd").iterdir())
-            except OSError:  # a descriptor closed as it was read
-                return False
-        wait_until(locked)
-        starting.proc.kill()
-        starting.proc.wait()
-        self.assertFalse(any("watching" in line for line in starting.err))  # killed while starting up, as meant
-        self.assertEqual((lock.read_text(), lock.stat().st_mtime), ("1\n", 1000.0))
-
-    def test_a_command_that_ignores_sigterm_and_keeps_forking_is_stopped_whole(self) -> None:
-        harness = self.harness("--exec", 'trap "" TERM; while :; do sleep 40 & sleep 0.01; done', "--exec-timeout", "1")
-        harness.wait_err("watching")
-        put(self.dir, "fork.json", {"type": "immediate", "channelId": "C1", "text": "fork"})
-        harness.line()
-        harness.wait_err("timed out after 1 s", timeout=15)
-        self.assertEqual(self.commands(), [])
-
-
-DOCS_HERE = Path(__file__).resolve().parent  # README.md and docs/recipes.md lie beside the suite
-
-
-def doc_blocks(path: Path, lang: str) -> list[str]:
-    return [block.split("```")[0] for block in path.read_text().split(f"```{lang}\n")[1:]]
-
-
-class FakeSlack:
-    """Slack as slack_bolt sees it, on 127.0.0.1: the Web API methods the recipe calls and Socket Mode."""
-
-    def __init__(self):
-        self.posts, self.acks, self.tokens, self.socket, self.numbers = [], [], {}, None, itertools.count(1)
-
-    async def start(self):
-        from aiohttp import web
-        app = web.Application()
-        app.add_routes([web.post("/api/{method}", self.api), web.get("/socket", self.socket_mode)])
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
-        host, port = self.runner.addresses[0][:2]
-        self.api_url, self.socket_url = f"http://{host}:{port}/api/", f"ws://{host}:{port}/socket"
-
-    async def stop(self):
-        if self.socket is not None:
-            await self.socket.close()  # else the server waits for a client that never hangs up
-        await self.runner.cleanup()
-
-    async def api(self, request):
-        from aiohttp import web
-        method = request.match_info["method"]
-        self.tokens.setdefault(method, set()).add(request.headers.get("Authorization", "").removeprefix("Bearer "))
-        args = await request.json() if request.content_type == "application/json" else dict(await request.post())
-        if method == "chat.postMessage":
-            self.posts.append((args["channel"], args["text"]))
-        return web.json_response({
-            "auth.test": {"ok": True, "team_id": "T1", "user_id": "UBOT", "bot_id": "BBOT", "user": "bot"},
-            "apps.connections.open": {"ok": True, "url": self.socket_url}, "chat.postMessage": {"ok": True},
-        }.get(method, {"ok": False, "error": "unknown_method"}))
-
-    async def socket_mode(self, request):
-        from aiohttp import WSMsgType, web
-        self.socket = socket = web.WebSocketResponse()
-        await socket.prepare(request)
-        await socket.send_json({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A1"}})
-        async for message in socket:
-            if message.type == WSMsgType.TEXT:
-                self.acks.append(json.loads(message.data)["envelope_id"])
-        return socket
-
-    async def mention(self, channel, text):
-        n = next(self.numbers)
-        event = {"type": "app_mention", "user": "U1", "text": f"<@UBOT> {text}", "ts": f"{n}.2", "channel": channel}
-        await self.socket.send_json({"envelope_id": f"envelope-{n}", "type": "events_api", "payload": {
-            "type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": f"Ev{n}", "event": event}})
-
-
-class RecipeTest(unittest.TestCase):
-    """docs/recipes.md's bots as written, the asyncio one against the real slack_bolt; none leaves a thread."""
-
-    def recipe(self, name: str, stand_in: str, module: object) -> dict:
-        """Run the recipe as a module named "recipe", with `stand_in` importing as `module`."""
-        sys.modules[stand_in] = module
-        self.addCleanup(sys.modules.pop, stand_in, None)
-        for code in doc_blocks(DOCS_HERE / "docs" / "recipes.md", "python"):
-            if code.startswith(f"# recipe: {name}\n"):
-                exec(compile(code, f"docs/recipes.md:{name}", "exec"), namespace := {"__name__": "recipe"})
-                return namespace
-        self.fail(f"no recipe {name!r} in docs/recipes.md")
-
-    def setUp(self):
-        before = set(threading.enumerate())
-        self.addCleanup(wait_until, lambda: set(threading.enumerate()) <= before,
-                        why=lambda: f"left running: {set(threading.enumerate()) - before}")
-        self.dir = temp_dir(self)
-        (self.dir / "events").mkdir()
-        self.addCleanup(os.chdir, os.getcwd())
-        os.chdir(self.dir)
-
-    def put(self, name: str, channel: str, text: str) -> None:
-        temporary = put(self.dir / "events", f".{name}.tmp", {"type": "immediate", "channelId": channel, "text": text})
-        os.replace(temporary, self.dir / "events" / name)  # as the README says: in place, it may be read half-written
-
-    def assert_ran_and_let_go(self) -> None:
-        records = [json.loads(line) for line in (self.dir / "events" / ".history.jsonl").read_text().splitlines()]
-        for name, last in ("hook.json", "done"), ("boom.json", "failed"):
-            self.assertEqual([r["outcome"] for r in records if r["filename"] == name], ["queued", "started", last])
-        self.assertEqual(sorted(os.listdir(self.dir / "events")), [".history.jsonl", ".mom_events", ".mom_events.lock"])
-        self.assertEqual(os.listdir(self.dir / "events" / ".mom_events"), ["held"])  # no record left
-        with me.EventsWatcher(self.dir / "events", lambda event: None):
-            pass
-
-    def test_sync_bot(self):
-        posts, calls, release = [], [], threading.Event()
-
-        def run(channel, text):
-            calls.append((channel, text))
-            if "explode" in text:
-                raise RuntimeError("agent crashed")
-            release.wait(10 if text == "hello" else 0)
-            return f"agent: {text}"
-
-        def serve(on_mention):
-            try:
-                self.put("hook.json", "C1", "New ticket")
-                self.put("boom.json", "C2", "explode")
-                wait_until(lambda: len(posts) == 4)  # hook.json ran, boom.json failed
-                on_mention("C3", "hello")  # the agent blocks on C3 until released
-                wait_until(lambda: ("C3", "hello") in calls)
-                on_mention("C3", "again")  # busy: refused
-            finally:
-                release.set()
-            wait_until(lambda: len(posts) == 6, why=lambda: posts)
-
-        chat = mock.Mock(post=lambda channel, text: posts.append((channel, text)), serve=serve)
-        agent = mock.Mock(system_prompt="", run=run)
-        with mock.patch("logging.basicConfig"):
-            self.recipe("sync-bot", "my_bot", mock.Mock(chat=chat, agent=agent))["main"]()
-        self.assertEqual(sorted(posts, key=lambda post: post[0]), [  # in order on each channel
-            ("C1", "_Starting event: hook.json_"), ("C1", "agent: [EVENT:hook.json:immediate] New ticket"),
-            ("C2", "_Starting event: boom.json_"), ("C2", "_Event boom.json failed: agent crashed_"),
-            ("C3", "Already working"), ("C3", "agent: hello")])
-        self.assertRegex(agent.system_prompt, r"(?s)## Scheduled events.*events/\.history\.jsonl")
-        self.assert_ran_and_let_go()
-
-    def test_async_slack_bot(self):
-        """The recipe against the real slack_bolt; only Slack is fake, on 127.0.0.1."""
-        try:
-            for name in ("slack_bolt", "aiohttp", "aiohttp.web"):  # slack_bolt first: no aiohttp imported in vain
-                importlib.import_module(name)
-        except ImportError as error:  # a vendoring developer's run, without the dev extras
-            self.skipTest(f"the async recipe is tested against the real slack_bolt and aiohttp: pip install '.[dev]' "
-                          f"(or slack_bolt aiohttp) ({error})")
-        slack, prompts, free = FakeSlack(), [], asyncio.Event()
-
-        async def run_agent(channel, text, system):
-            prompts.append(system)
-            if "explode" in text:
-                raise RuntimeError("agent crashed")
-            await free.wait()  # set: the agent answers at once; clear: it is busy
-            return f"agent: {text}"
-
-        async def scenario():  # a failed step leaves the bot to asyncio.run, which cancels it
-            free.set()
-            await slack.start()
-            try:
-                namespace = self.recipe("async-slack-bot", "my_agent", mock.Mock(run_agent=run_agent))
-                namespace["app"].client.base_url = slack.api_url  # the one change: Slack is local
-                bot = asyncio.create_task(namespace["main"]())
-                await asyncio.to_thread(wait_until, lambda: slack.socket is not None or bot.done())
-                self.put("hook.json", "C1", "New ticket")
-                self.put("boom.json", "C2", "explode")
-                await asyncio.to_thread(wait_until, lambda: len(slack.posts) == 4)  # hook.json ran, boom.json failed
-                free.clear()
-                await slack.mention("C3", "slow")
-                await asyncio.to_thread(wait_until, lambda: len(prompts) == 3)  # the agent works on C3
-                await slack.mention("C3", "again")  # the channel is busy: refused
-                await asyncio.to_thread(wait_until, lambda: ("C3", "Already working") in slack.posts)
-                free.set()
-                await asyncio.to_thread(wait_until, lambda: len(slack.posts) == 6)
-                self.assertFalse(bot.done())
-                bot.cancel()  # what asyncio.run does on Ctrl-C
-                with self.assertRaises(asyncio.CancelledError):
-                    await bot
-                await asyncio.to_thread(wait_until, lambda: slack.socket.closed)  # the bot closed its WebSocket
-            finally:
-                await slack.stop()
-
-        environ = {name: value for name, value in os.environ.items() if not name.lower().endswith("_proxy")}
-        environ.update(SLACK_BOT_TOKEN="xoxb-test", SLACK_APP_TOKEN="xapp-test")
-        with mock.patch.dict(os.environ, environ, clear=True), contextlib.redirect_stdout(io.StringIO()) as out:
-            asyncio.run(asyncio.wait_for(scenario(), 30))
-        self.assertEqual(out.getvalue(), "⚡️ Bolt app is running!\n")  # what start_async prints when connected
-        self.assertEqual(sorted(slack.posts, key=lambda post: post[0]), [  # in order on each channel
-            ("C1", "_Starting event: hook.json_"), ("C1", "agent: [EVENT:hook.json:immediate] New ticket"),
-            ("C2", "_Starting event: boom.json_"), ("C2", "_Event boom.json failed: agent crashed_"),
-            ("C3", "Already working"), ("C3", "agent: <@UBOT> slow")])
-        self.assertEqual(slack.acks, ["envelope-1", "envelope-2"])  # Socket Mode got its acknowledgements
-        self.assertEqual(slack.tokens, {"apps.connections.open": {"xapp-test"}, "auth.test": {"xoxb-test"},
-                                        "chat.postMessage": {"xoxb-test"}})
-        self.assertTrue(all(p.startswith("You are") and "events/.history.jsonl" in p for p in prompts))
-        self.assert_ran_and_let_go()
-
-    @unittest.skipUnless(importlib.util.find_spec("slack_bolt") and importlib.util.find_spec("aiohttp"),
-                         "test_async_slack_bot's own skip says what is missing")
-    def test_the_async_recipe_is_skipped_saying_why_without_slack_bolt_or_aiohttp(self):
-        for missing in ("slack_bolt", "aiohttp"):
-            with self.subTest(missing=missing), mock.patch.dict(sys.modules, {missing: None}):  # None: not importable
-                result = unittest.TestResult()
-                RecipeTest("test_async_slack_bot").run(result)
-                self.assertEqual((result.errors, result.failures, len(result.skipped)), ([], [], 1))
-                self.assertRegex(result.skipped[0][1], rf"pip install '\.\[dev\]'.*\(import of {missing} halted")
-
-
-class ReadmeTest(unittest.TestCase):
-    def test_the_examples_parse_and_will_run_and_the_first_python_block_compiles(self):
-        lines = [line for block in doc_blocks(DOCS_HERE / "README.md", "json") for line in block.splitlines()]
-        self.assertEqual({json.loads(line)["type"] for line in lines}, {"immediate", "one-shot", "periodic"})
-        folder, checks = temp_dir(self), []
-        for n, line in enumerate(lines):
-            self.assertEqual(parse_event(line, f"readme{n}.json").type, json.loads(line)["type"])
-            command = [sys.executable, me.__file__, put(folder, f"{n}.json", line), "--check"]
-            checks.append((line, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
-        for line, proc in checks:  # run side by side
-            out, err = proc.communicate(timeout=30)
-            with self.subTest(line=line):
-                self.assertEqual(proc.returncode, 0, out + err)
-                self.assertRegex(out, r"^\d+\.json: ok: .*\n.*\b1 will run, 0 will not\n\Z")
-        first = doc_blocks(DOCS_HERE / "README.md", "python")[0]
-        self.assertIn("with EventsWatcher(", first)
-        compile(first, "README.md", "exec")
-
+# --- The CLI ---
 
 def cli_immediate(channel: str = "C1", text: str = "ping") -> dict:
     return {"type": "immediate", "channelId": channel, "text": text}
@@ -3540,3 +3342,218 @@ class CheckTest(CliCase):
         result = self.run_cli(self.events, "--check")
         self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 2))
         self.assertIsNone(cli.proc.poll())
+
+
+# --- The docs: README.md and docs/recipes.md, as written ---
+
+DOCS_HERE = Path(__file__).resolve().parent  # README.md and docs/recipes.md lie beside the suite
+
+
+def doc_blocks(path: Path, lang: str) -> list[str]:
+    return [block.split("```")[0] for block in path.read_text().split(f"```{lang}\n")[1:]]
+
+
+class FakeSlack:
+    """Slack as slack_bolt sees it, on 127.0.0.1: the Web API methods the recipe calls and Socket Mode."""
+
+    def __init__(self):
+        self.posts, self.acks, self.tokens, self.socket, self.numbers = [], [], {}, None, itertools.count(1)
+
+    async def start(self):
+        from aiohttp import web
+        app = web.Application()
+        app.add_routes([web.post("/api/{method}", self.api), web.get("/socket", self.socket_mode)])
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        host, port = self.runner.addresses[0][:2]
+        self.api_url, self.socket_url = f"http://{host}:{port}/api/", f"ws://{host}:{port}/socket"
+
+    async def stop(self):
+        if self.socket is not None:
+            await self.socket.close()  # else the server waits for a client that never hangs up
+        await self.runner.cleanup()
+
+    async def api(self, request):
+        from aiohttp import web
+        method = request.match_info["method"]
+        self.tokens.setdefault(method, set()).add(request.headers.get("Authorization", "").removeprefix("Bearer "))
+        args = await request.json() if request.content_type == "application/json" else dict(await request.post())
+        if method == "chat.postMessage":
+            self.posts.append((args["channel"], args["text"]))
+        return web.json_response({
+            "auth.test": {"ok": True, "team_id": "T1", "user_id": "UBOT", "bot_id": "BBOT", "user": "bot"},
+            "apps.connections.open": {"ok": True, "url": self.socket_url}, "chat.postMessage": {"ok": True},
+        }.get(method, {"ok": False, "error": "unknown_method"}))
+
+    async def socket_mode(self, request):
+        from aiohttp import WSMsgType, web
+        self.socket = socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        await socket.send_json({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A1"}})
+        async for message in socket:
+            if message.type == WSMsgType.TEXT:
+                self.acks.append(json.loads(message.data)["envelope_id"])
+        return socket
+
+    async def mention(self, channel, text):
+        n = next(self.numbers)
+        event = {"type": "app_mention", "user": "U1", "text": f"<@UBOT> {text}", "ts": f"{n}.2", "channel": channel}
+        await self.socket.send_json({"envelope_id": f"envelope-{n}", "type": "events_api", "payload": {
+            "type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": f"Ev{n}", "event": event}})
+
+
+class RecipeTest(unittest.TestCase):
+    """docs/recipes.md's bots as written, the asyncio one against the real slack_bolt; none leaves a thread."""
+
+    def recipe(self, name: str, stand_in: str, module: object) -> dict:
+        """Run the recipe as a module named "recipe", with `stand_in` importing as `module`."""
+        sys.modules[stand_in] = module
+        self.addCleanup(sys.modules.pop, stand_in, None)
+        for code in doc_blocks(DOCS_HERE / "docs" / "recipes.md", "python"):
+            if code.startswith(f"# recipe: {name}\n"):
+                exec(compile(code, f"docs/recipes.md:{name}", "exec"), namespace := {"__name__": "recipe"})
+                return namespace
+        self.fail(f"no recipe {name!r} in docs/recipes.md")
+
+    def setUp(self):
+        before = set(threading.enumerate())
+        self.addCleanup(wait_until, lambda: set(threading.enumerate()) <= before,
+                        why=lambda: f"left running: {set(threading.enumerate()) - before}")
+        self.dir = temp_dir(self)
+        (self.dir / "events").mkdir()
+        self.addCleanup(os.chdir, os.getcwd())
+        os.chdir(self.dir)
+
+    def put(self, name: str, channel: str, text: str) -> None:
+        temporary = put(self.dir / "events", f".{name}.tmp", {"type": "immediate", "channelId": channel, "text": text})
+        os.replace(temporary, self.dir / "events" / name)  # as the README says: in place, it may be read half-written
+
+    def assert_ran_and_let_go(self) -> None:
+        records = [json.loads(line) for line in (self.dir / "events" / ".history.jsonl").read_text().splitlines()]
+        for name, last in ("hook.json", "done"), ("boom.json", "failed"):
+            self.assertEqual([r["outcome"] for r in records if r["filename"] == name], ["queued", "started", last])
+        self.assertEqual(sorted(os.listdir(self.dir / "events")), [".history.jsonl", ".mom_events", ".mom_events.lock"])
+        self.assertEqual(os.listdir(self.dir / "events" / ".mom_events"), ["held"])  # no record left
+        with me.EventsWatcher(self.dir / "events", lambda event: None):
+            pass
+
+    def test_sync_bot(self):
+        posts, calls, release = [], [], threading.Event()
+
+        def run(channel, text):
+            calls.append((channel, text))
+            if "explode" in text:
+                raise RuntimeError("agent crashed")
+            release.wait(10 if text == "hello" else 0)
+            return f"agent: {text}"
+
+        def serve(on_mention):
+            try:
+                self.put("hook.json", "C1", "New ticket")
+                self.put("boom.json", "C2", "explode")
+                wait_until(lambda: len(posts) == 4)  # hook.json ran, boom.json failed
+                on_mention("C3", "hello")  # the agent blocks on C3 until released
+                wait_until(lambda: ("C3", "hello") in calls)
+                on_mention("C3", "again")  # busy: refused
+            finally:
+                release.set()
+            wait_until(lambda: len(posts) == 6, why=lambda: posts)
+
+        chat = mock.Mock(post=lambda channel, text: posts.append((channel, text)), serve=serve)
+        agent = mock.Mock(system_prompt="", run=run)
+        with mock.patch("logging.basicConfig"):
+            self.recipe("sync-bot", "my_bot", mock.Mock(chat=chat, agent=agent))["main"]()
+        self.assertEqual(sorted(posts, key=lambda post: post[0]), [  # in order on each channel
+            ("C1", "_Starting event: hook.json_"), ("C1", "agent: [EVENT:hook.json:immediate] New ticket"),
+            ("C2", "_Starting event: boom.json_"), ("C2", "_Event boom.json failed: agent crashed_"),
+            ("C3", "Already working"), ("C3", "agent: hello")])
+        self.assertRegex(agent.system_prompt, r"(?s)## Scheduled events.*events/\.history\.jsonl")
+        self.assert_ran_and_let_go()
+
+    def test_async_slack_bot(self):
+        """The recipe against the real slack_bolt; only Slack is fake, on 127.0.0.1."""
+        try:
+            for name in ("slack_bolt", "aiohttp", "aiohttp.web"):  # slack_bolt first: no aiohttp imported in vain
+                importlib.import_module(name)
+        except ImportError as error:  # a vendoring developer's run, without the dev extras
+            self.skipTest(f"the async recipe is tested against the real slack_bolt and aiohttp: pip install '.[dev]' "
+                          f"(or slack_bolt aiohttp) ({error})")
+        slack, prompts, free = FakeSlack(), [], asyncio.Event()
+
+        async def run_agent(channel, text, system):
+            prompts.append(system)
+            if "explode" in text:
+                raise RuntimeError("agent crashed")
+            await free.wait()  # set: the agent answers at once; clear: it is busy
+            return f"agent: {text}"
+
+        async def scenario():  # a failed step leaves the bot to asyncio.run, which cancels it
+            free.set()
+            await slack.start()
+            try:
+                namespace = self.recipe("async-slack-bot", "my_agent", mock.Mock(run_agent=run_agent))
+                namespace["app"].client.base_url = slack.api_url  # the one change: Slack is local
+                bot = asyncio.create_task(namespace["main"]())
+                await asyncio.to_thread(wait_until, lambda: slack.socket is not None or bot.done())
+                self.put("hook.json", "C1", "New ticket")
+                self.put("boom.json", "C2", "explode")
+                await asyncio.to_thread(wait_until, lambda: len(slack.posts) == 4)  # hook.json ran, boom.json failed
+                free.clear()
+                await slack.mention("C3", "slow")
+                await asyncio.to_thread(wait_until, lambda: len(prompts) == 3)  # the agent works on C3
+                await slack.mention("C3", "again")  # the channel is busy: refused
+                await asyncio.to_thread(wait_until, lambda: ("C3", "Already working") in slack.posts)
+                free.set()
+                await asyncio.to_thread(wait_until, lambda: len(slack.posts) == 6)
+                self.assertFalse(bot.done())
+                bot.cancel()  # what asyncio.run does on Ctrl-C
+                with self.assertRaises(asyncio.CancelledError):
+                    await bot
+                await asyncio.to_thread(wait_until, lambda: slack.socket.closed)  # the bot closed its WebSocket
+            finally:
+                await slack.stop()
+
+        environ = {name: value for name, value in os.environ.items() if not name.lower().endswith("_proxy")}
+        environ.update(SLACK_BOT_TOKEN="xoxb-test", SLACK_APP_TOKEN="xapp-test")
+        with mock.patch.dict(os.environ, environ, clear=True), contextlib.redirect_stdout(io.StringIO()) as out:
+            asyncio.run(asyncio.wait_for(scenario(), 30))
+        self.assertEqual(out.getvalue(), "⚡️ Bolt app is running!\n")  # what start_async prints when connected
+        self.assertEqual(sorted(slack.posts, key=lambda post: post[0]), [  # in order on each channel
+            ("C1", "_Starting event: hook.json_"), ("C1", "agent: [EVENT:hook.json:immediate] New ticket"),
+            ("C2", "_Starting event: boom.json_"), ("C2", "_Event boom.json failed: agent crashed_"),
+            ("C3", "Already working"), ("C3", "agent: <@UBOT> slow")])
+        self.assertEqual(slack.acks, ["envelope-1", "envelope-2"])  # Socket Mode got its acknowledgements
+        self.assertEqual(slack.tokens, {"apps.connections.open": {"xapp-test"}, "auth.test": {"xoxb-test"},
+                                        "chat.postMessage": {"xoxb-test"}})
+        self.assertTrue(all(p.startswith("You are") and "events/.history.jsonl" in p for p in prompts))
+        self.assert_ran_and_let_go()
+
+    @unittest.skipUnless(importlib.util.find_spec("slack_bolt") and importlib.util.find_spec("aiohttp"),
+                         "test_async_slack_bot's own skip says what is missing")
+    def test_the_async_recipe_is_skipped_saying_why_without_slack_bolt_or_aiohttp(self):
+        for missing in ("slack_bolt", "aiohttp"):
+            with self.subTest(missing=missing), mock.patch.dict(sys.modules, {missing: None}):  # None: not importable
+                result = unittest.TestResult()
+                RecipeTest("test_async_slack_bot").run(result)
+                self.assertEqual((result.errors, result.failures, len(result.skipped)), ([], [], 1))
+                self.assertRegex(result.skipped[0][1], rf"pip install '\.\[dev\]'.*\(import of {missing} halted")
+
+
+class ReadmeTest(unittest.TestCase):
+    def test_the_examples_parse_and_will_run_and_the_first_python_block_compiles(self):
+        lines = [line for block in doc_blocks(DOCS_HERE / "README.md", "json") for line in block.splitlines()]
+        self.assertEqual({json.loads(line)["type"] for line in lines}, {"immediate", "one-shot", "periodic"})
+        folder, checks = temp_dir(self), []
+        for n, line in enumerate(lines):
+            self.assertEqual(parse_event(line, f"readme{n}.json").type, json.loads(line)["type"])
+            command = [sys.executable, me.__file__, put(folder, f"{n}.json", line), "--check"]
+            checks.append((line, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        for line, proc in checks:  # run side by side
+            out, err = proc.communicate(timeout=30)
+            with self.subTest(line=line):
+                self.assertEqual(proc.returncode, 0, out + err)
+                self.assertRegex(out, r"^\d+\.json: ok: .*\n.*\b1 will run, 0 will not\n\Z")
+        first = doc_blocks(DOCS_HERE / "README.md", "python")[0]
+        self.assertIn("with EventsWatcher(", first)
+        compile(first, "README.md", "exec")
