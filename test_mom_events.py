@@ -2955,7 +2955,8 @@ class ExecTest(CliCase):
         self.assertFalse(tied(seen=(501, 1500)))  # another session
         self.assertFalse(tied(seen=None))  # gone, or a zombie
         self.assertFalse(me._belongs_to_run(set(), {0: 0, 1: 0}, b"", (1, 5), {0: None, 1: 0}))  # naming init's
-        proc = subprocess.Popen(["sh", "-c", "printf 'x) Z 7 (y' > /proc/$$/comm; sleep 30; :"], start_new_session=True)
+        proc = subprocess.Popen(["sh", "-c", "printf 'x) Z 7 (y' > /proc/$$/comm; sleep 30; :"], start_new_session=True,
+                                env=self.env())  # marked: its sleep, left when sh is killed, is reaped
         try:  # a name with a ")" and spaces; a zombie is dead unless asked for
             wait_until(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "x) Z 7 (y\n")
             sid, start = me._proc_session(proc.pid) or (0, 0)
