@@ -47,7 +47,10 @@ import mom_events as me
 from mom_events import Event, EventError, next_fire, parse_event
 
 logging.getLogger("mom_events").addHandler(logging.NullHandler())  # the library's log is the tests' to read
+# The private parts the tests reach into most, named once here
 proc_session = me._proc_session  # a process's (session id, start), or None once it is gone
+timing_of = me._timing  # a file's timing: its occurrences (next_after) and its daylight saving notes
+Scanner, Schedule, Channels, Job, History = me._Scanner, me._Schedule, me._Channels, me._Job, me._History
 
 
 def utc(*args: int) -> datetime:
@@ -1172,7 +1175,7 @@ class TimingTest(unittest.TestCase):
 
     def timing(self, mtime: float, **fields: object) -> object:
         event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")
-        return me._timing(event, mtime, UTC)
+        return timing_of(event, mtime, UTC)
 
     def runs(self, timing: object, after: float, count: int) -> list[float]:
         found: list[float] = []
@@ -1212,7 +1215,7 @@ class TimingTest(unittest.TestCase):
     def test_a_one_shots_daylight_saving_note_is_told_until_it_is_due(self) -> None:
         event = parse_event(json.dumps({"type": "one-shot", "channelId": "C1", "text": "t", "at": "2027-03-14T02:30:00",
                                         "timezone": "America/New_York"}), "o.json")
-        t = me._timing(event, 0, UTC)
+        t = timing_of(event, 0, UTC)
         at = utc(2027, 3, 14, 7).timestamp()  # 03:00 EDT, the first instant after the gap
         self.assertEqual(t.notes(at - 1), ["02:30 does not exist on 2027-03-14 in America/New_York (clocks go from "
                                            "02:00 to 03:00): runs at 03:00 EDT"])
@@ -1223,7 +1226,7 @@ class TimingTest(unittest.TestCase):
         sydney = ZoneInfo("Australia/Sydney")
         drifts = {"every": "6w", "start": "2026-12-05T10:00:00+11:00"}
         event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **drifts}), "p.json")
-        timing = me._timing(event, 0, sydney)
+        timing = timing_of(event, 0, sydney)
         self.assertEqual(timing.notes(datetime(2026, 11, 28, tzinfo=sydney).timestamp()), [
             "runs at 09:00 after 2027-04-04: `every` counts elapsed time; add `timezone` to keep 10:00"])
         self.assertEqual(timing.notes(datetime(2027, 5, 1, tzinfo=sydney).timestamp()), [
@@ -1237,8 +1240,8 @@ class TimingTest(unittest.TestCase):
                 ({**drifts, "every": "1d12h", "timezone": "Australia/Sydney"}, sydney,
                  ["`every` counts elapsed time: only whole days and weeks keep the wall time"])):
             with self.subTest(fields=fields, user=user):
-                self.assertEqual(me._timing(parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t",
-                                                                    **fields}), "p.json"), 0, user).notes(now), notes)
+                self.assertEqual(timing_of(parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t",
+                                                                   **fields}), "p.json"), 0, user).notes(now), notes)
 
     # The judge on its own: exact verdicts at the edges of its windows (2030-01-01T09:00:00Z is A).
     A = 1893488400.0
@@ -1247,7 +1250,7 @@ class TimingTest(unittest.TestCase):
               **grace: float) -> tuple[object, ...]:
         event = parse_event(json.dumps({"channelId": "C1", "text": "t", **fields}), "e.json")
         window = None if down is None else me._Downtime(None if down[0] == -math.inf else down[0], None, down[1])
-        verdict = me._judge(event, mtime, now, me._timing(event, mtime, UTC), window, **grace)
+        verdict = me._judge(event, mtime, now, timing_of(event, mtime, UTC), window, **grace)
         return verdict.outcome, verdict.due, verdict.next_due, verdict.reason
 
     def test_an_immediate_is_stale_only_when_written_well_inside_the_downtime(self) -> None:
@@ -1326,7 +1329,7 @@ class CalendarIntervalTest(unittest.TestCase):
 
     def timing(self, mtime: float = 0, user: ZoneInfo | None = None, **fields: object) -> object:
         event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")
-        return me._timing(event, mtime, user or UTC)
+        return timing_of(event, mtime, user or UTC)
 
     def runs(self, timing: object, after: float, count: int) -> list[float]:
         return TimingTest.runs(self, timing, after, count)  # type: ignore[arg-type]
@@ -1426,7 +1429,7 @@ class ScanTest(unittest.TestCase):
 
     def test_created_changed_deleted_and_names_never_touched(self) -> None:
         d = temp_dir(self)
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         put(d, "a.json", "{}", mtime=100)
         put(d, "b.json", "{}", mtime=50)
         for name in (".a.json", "a.json.tmp", "x.json~", "a.json.rejected"):
@@ -1441,7 +1444,7 @@ class ScanTest(unittest.TestCase):
 
     def test_a_same_size_rewrite_within_the_tick_is_handed_on_again(self) -> None:
         d = temp_dir(self)
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         path = put(d, "a.json", "AAAA")
         st = path.stat()
         self.assertEqual(self.poll(scanner), {"a.json": True})
@@ -1451,7 +1454,7 @@ class ScanTest(unittest.TestCase):
 
     def test_the_sweep_sees_a_rewrite_in_place_without_a_listing(self) -> None:
         d = temp_dir(self)
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         path = put(d, "a.json", "AAAA", mtime=100)
         self.poll(scanner)
         time.sleep(0.06)
@@ -1463,7 +1466,7 @@ class ScanTest(unittest.TestCase):
     def test_a_fifo_is_warned_about_once_and_never_handed_on(self) -> None:
         d = temp_dir(self)
         os.mkfifo(d / "pipe.json")
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         with self.assertLogs("mom_events", "WARNING") as logs:
             self.assertEqual(self.poll(scanner), {})
             time.sleep(0.06)
@@ -1491,14 +1494,14 @@ class ScanTest(unittest.TestCase):
                 gone.unlink()
             return name == "history.json"
 
-        scanner = me._Scanner(str(d), ignore)
+        scanner = Scanner(str(d), ignore)
         self.addCleanup(scanner.close)
         self.assertEqual(self.poll(scanner), {"a.json": True})
 
     def test_a_directory_that_cannot_be_listed_is_said_once_then_that_it_can_again(self) -> None:
         d = temp_dir(self) / "events"
         d.mkdir()
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         self.addCleanup(scanner.close)
         put(d, "a.json", "{}")
         self.poll(scanner)
@@ -1522,7 +1525,7 @@ class ScheduleModelTest(unittest.TestCase):
     def test_random_operations_agree_with_a_dict(self) -> None:
         rng = random.Random(7)
         for _ in range(200):
-            heap, model = me._Schedule(), {}
+            heap, model = Schedule(), {}
             for _ in range(60):
                 name, due = rng.choice("abcdef"), rng.randint(0, 50)
                 op = rng.random()
@@ -1544,7 +1547,7 @@ class ScheduleModelTest(unittest.TestCase):
 
 
     def test_rescheduling_compacts_the_heap_only_past_twice_the_live_entries_and_64(self) -> None:
-        heap, sizes = me._Schedule(), []
+        heap, sizes = Schedule(), []
         for k in range(69):  # a file rewritten again and again: its old entries pile up until compacted
             heap.push(float(k), "ab"[k % 2])
             sizes.append(len(heap._heap))
@@ -1563,15 +1566,15 @@ class ChannelsModelTest(unittest.TestCase):
         for _ in range(150):
             ran: list[str] = []
             workers: list = []
-            channels = me._Channels(5, workers.append, 0)
+            channels = Channels(5, workers.append, 0)
             model: dict[str, list] = {}  # channel -> its jobs, (label, file, notice): none runs while workers wait
             for i in range(80):
                 channel, op = rng.choice("xyz"), rng.random()
                 label = f"{channel}{i}"
                 if op < 0.55:
                     notice = rng.random() < 0.2
-                    job = me._Job(channel, lambda label=label: ran.append(label),
-                                  Event(rng.choice("ab") + ".json", "immediate", channel, "t"), notice)
+                    job = Job(channel, lambda label=label: ran.append(label),
+                              Event(rng.choice("ab") + ".json", "immediate", channel, "t"), notice)
                     ok = channels.put(job)
                     busy = channel in model
                     events = sum(not w[2] for w in model.get(channel, []))  # notices wait beside them
@@ -1600,10 +1603,10 @@ class ChannelsModelTest(unittest.TestCase):
                     model.clear()
 
     def test_wait_returns_the_channels_still_running_and_not_the_callers_own(self) -> None:
-        channels = me._Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0.1)
+        channels = Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0.1)
         release, inside = threading.Event(), []
-        channels.put(me._Job("slow", lambda: release.wait(5)))
-        channels.put(me._Job("self", lambda: inside.append(channels.wait(0.05))))  # waits: the pool is paced
+        channels.put(Job("slow", lambda: release.wait(5)))
+        channels.put(Job("self", lambda: inside.append(channels.wait(0.05))))  # waits: the pool is paced
         time.sleep(0.03)
         channels.dispatch()  # as a poll does: the waiting channel gets a worker of its own
         self.assertEqual(channels.wait(2), ["slow"])
@@ -1612,29 +1615,29 @@ class ChannelsModelTest(unittest.TestCase):
         self.assertEqual(inside, [["slow"]])
 
     def test_waiting_is_about_one_files_occurrences_and_not_its_notices(self) -> None:
-        channels = me._Channels(5, lambda work: None, 0)  # no worker starts: every job waits
-        channels.put(me._Job("C1", lambda: None, Event("a.json", "immediate", "C1", "t")))
-        channels.put(me._Job("C1", lambda: None, Event("n.json", "interrupted", "C1", "t"), notice=True))
-        channels.put(me._Job("C1", lambda: None))
+        channels = Channels(5, lambda work: None, 0)  # no worker starts: every job waits
+        channels.put(Job("C1", lambda: None, Event("a.json", "immediate", "C1", "t")))
+        channels.put(Job("C1", lambda: None, Event("n.json", "interrupted", "C1", "t"), notice=True))
+        channels.put(Job("C1", lambda: None))
         self.assertEqual([channels.waiting("C1", name) for name in ("a.json", "b.json", "n.json")],
                          [True, False, False])
         self.assertFalse(channels.waiting("C2", "a.json"))
 
     def test_a_failed_run_is_logged_and_a_closed_channel_takes_nothing(self) -> None:
         ran: list[int] = []
-        channels = me._Channels(5, lambda work: work(), 0)  # the worker runs at once
+        channels = Channels(5, lambda work: work(), 0)  # the worker runs at once
         with self.assertLogs("mom_events", "ERROR") as logs:
-            self.assertTrue(channels.put(me._Job("C1", lambda: ran.append(1 // 0))))
+            self.assertTrue(channels.put(Job("C1", lambda: ran.append(1 // 0))))
         self.assertTrue(logs.output[0].startswith("ERROR:mom_events:channel C1: a run failed\nTraceback"))
         self.assertIn("ZeroDivisionError", logs.output[0])
         channels.close()
-        self.assertFalse(channels.put(me._Job("C1", lambda: ran.append(1), notice=True)))
+        self.assertFalse(channels.put(Job("C1", lambda: ran.append(1), notice=True)))
         self.assertEqual(ran, [])
 
     def test_wait_returns_as_soon_as_the_runs_end(self) -> None:
-        channels = me._Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0)
+        channels = Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0)
         release = threading.Event()
-        channels.put(me._Job("C1", lambda: release.wait(5)))
+        channels.put(Job("C1", lambda: release.wait(5)))
         threading.Timer(0.05, release.set).start()
         begun = time.monotonic()
         self.assertEqual(channels.wait(30), [])
@@ -1647,7 +1650,7 @@ class HistoryTest(unittest.TestCase):
     def test_lines_are_private_whole_and_a_torn_line_never_merges_into_the_next(self) -> None:
         d = temp_dir(self)
         path = d / "h.jsonl"
-        history = me._History(str(path), lambda: 0.0)
+        history = History(str(path), lambda: 0.0)
         event = Event("a.json", "immediate", "C1", "t")
         history.record("queued", event)
         self.assertEqual(stat.S_IMODE(path.stat().st_mode) & 0o077, 0)
@@ -1661,7 +1664,7 @@ class HistoryTest(unittest.TestCase):
         self.assertEqual([r["outcome"] for r in readable], ["queued", "done"])  # a reader skips the torn line
 
     def test_a_history_that_cannot_be_written_is_said_once(self) -> None:
-        history = me._History("/nonexistent/dir/h.jsonl", time.time)
+        history = History("/nonexistent/dir/h.jsonl", time.time)
         with self.assertLogs("mom_events", logging.ERROR) as logs:
             for _ in range(3):
                 history.record("queued", Event("a.json", "immediate", "C1", "t"))
@@ -1669,7 +1672,7 @@ class HistoryTest(unittest.TestCase):
 
     def test_a_line_holds_every_field_in_utf_8_and_an_unencodable_name_escaped(self) -> None:
         path = temp_dir(self) / "h.jsonl"
-        history = me._History(str(path), lambda: 1.5)
+        history = History(str(path), lambda: 1.5)
         history.record("done", Event("café.json", "immediate", "C1", "t"), 60.0, "fine")
         history.record("queued", Event("a\udcff.json", "immediate", "C1", "t"))  # a name os.listdir could not decode
         lines = path.read_bytes().decode("utf-8").splitlines()
@@ -1681,7 +1684,7 @@ class HistoryTest(unittest.TestCase):
 
     def test_a_history_that_works_again_is_said_so_and_a_new_failure_is_said_again(self) -> None:
         folder = temp_dir(self) / "gone"
-        history, event = me._History(str(folder / "h.jsonl"), time.time), Event("a.json", "immediate", "C1", "t")
+        history, event = History(str(folder / "h.jsonl"), time.time), Event("a.json", "immediate", "C1", "t")
         with self.assertLogs("mom_events", logging.WARNING) as logs:
             history.record("queued", event)
             folder.mkdir()
@@ -2959,16 +2962,16 @@ class ExecTest(CliCase):
                                 env=self.env())  # marked: its sleep, left when sh is killed, is reaped
         try:  # a name with a ")" and spaces; a zombie is dead unless asked for
             wait_until(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "x) Z 7 (y\n")
-            sid, start = me._proc_session(proc.pid) or (0, 0)
+            sid, start = proc_session(proc.pid) or (0, 0)
             self.assertEqual(sid, proc.pid)
-            self.assertLessEqual((me._proc_session(os.getpid()) or (0, math.inf))[1], start)
+            self.assertLessEqual((proc_session(os.getpid()) or (0, math.inf))[1], start)
             proc.kill()
-            wait_until(lambda: me._proc_session(proc.pid) is None)
-            self.assertEqual(me._proc_session(proc.pid, dead=True), (sid, start))
+            wait_until(lambda: proc_session(proc.pid) is None)
+            self.assertEqual(proc_session(proc.pid, dead=True), (sid, start))
         finally:
             proc.kill()
             proc.wait()
-        self.assertIsNone(me._proc_session(proc.pid, dead=True))
+        self.assertIsNone(proc_session(proc.pid, dead=True))
 
     def test_a_helper_that_keeps_stdin_never_holds_the_channel(self):
         cli = self.serve("--exec", "exec 3<&0; setsid sleep 60 <&3 & exit 0")
@@ -3040,7 +3043,7 @@ class PromptTest(CliCase):
     def test_the_interval_example_keeps_its_wall_time_every_other_week_for_a_year(self):
         text = me.events_prompt(self.events, timezone="Australia/Sydney")
         block = re.findall(r"```json\n(.*?)\n```", text, re.S)[-1]
-        timing = me._timing(parse_event(block, "x.json"), time.time(), UTC)
+        timing = timing_of(parse_event(block, "x.json"), time.time(), UTC)
         runs, after = [], 0.0
         while len(runs) < 27 and (after := timing.next_after(after)) is not None:  # type: ignore[attr-defined]
             runs.append(datetime.fromtimestamp(after, ZoneInfo("Australia/Sydney")))
