@@ -139,15 +139,16 @@ class CliCase(unittest.TestCase):
 class CliServer:
     """A harness in a subprocess, its stdout and stderr collected line by line; ``line()`` takes stdout's next."""
 
-    def __init__(self, test: CliCase, *args: object) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=test.env())
+    def __init__(self, test: CliCase, *args: object, **popen: object) -> None:
+        popen = {"stdout": subprocess.PIPE, "env": test.env(), **popen}  # stdout to a file: no out
+        self.proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, *map(str, args)], stderr=subprocess.PIPE,
+                                     text=True, **popen)
         test.addCleanup(self.close)
         self.out: list[str] = []
         self.err: list[str] = []
         self.taken = 0
         self.readers = [threading.Thread(target=self.collect, args=pair, daemon=True)
-                        for pair in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+                        for pair in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)) if pair[0]]
         for reader in self.readers:
             reader.start()
 
@@ -177,8 +178,9 @@ class CliServer:
         self.proc.wait()
         for reader in self.readers:
             reader.join(5)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()
 
 
 # --- Data model and parsing ---
@@ -1173,9 +1175,9 @@ class CronListTest(unittest.TestCase):
 class TimingTest(unittest.TestCase):
     """An interval's runs, and start/until, through the public parse and the timing of the judge."""
 
-    def timing(self, mtime: float, **fields: object) -> object:
+    def timing(self, mtime: float = 0, user: ZoneInfo | None = None, **fields: object) -> object:
         event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")
-        return timing_of(event, mtime, UTC)
+        return timing_of(event, mtime, user or UTC)
 
     def runs(self, timing: object, after: float, count: int) -> list[float]:
         found: list[float] = []
@@ -1205,7 +1207,6 @@ class TimingTest(unittest.TestCase):
                         until="2030-01-03T12:00:00Z")
         self.assertEqual([time.strftime("%d %H", time.gmtime(r)) for r in self.runs(t, 0, 9)],
                          ["02 09", "02 17", "03 09"])
-
 
     def test_a_seconds_cron_never_runs_before_its_start(self) -> None:
         start = utc(2030, 1, 1, 9).timestamp()
@@ -1315,6 +1316,7 @@ class TimingTest(unittest.TestCase):
         start = utc(2030, 1, 1).timestamp()
         self.assertEqual(self.judge(fields, start - 10, start + 10 * 3600), ("ended", None, None, "it has no run left"))
 
+
 def first_at_or_after(zone: ZoneInfo, wall: datetime) -> float:
     """The first instant whose wall time in ``zone`` is ``wall`` or later, walked a quarter-hour at a time from
     before any zone's ``wall`` (every offset and change in the zones tested is a whole quarter-hour)."""
@@ -1327,12 +1329,7 @@ def first_at_or_after(zone: ZoneInfo, wall: datetime) -> float:
 class CalendarIntervalTest(unittest.TestCase):
     """`every` of whole weeks and days with a `timezone` keeps the wall time: against a model on zoneinfo alone."""
 
-    def timing(self, mtime: float = 0, user: ZoneInfo | None = None, **fields: object) -> object:
-        event = parse_event(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")
-        return timing_of(event, mtime, user or UTC)
-
-    def runs(self, timing: object, after: float, count: int) -> list[float]:
-        return TimingTest.runs(self, timing, after, count)  # type: ignore[arg-type]
+    timing, runs = TimingTest.timing, TimingTest.runs
 
     def test_every_sixth_saturday_at_10_for_ten_years_in_four_zones(self) -> None:
         start = datetime(2026, 12, 5, 10)  # a Saturday
@@ -1474,7 +1471,6 @@ class ScanTest(unittest.TestCase):
             self.poll(scanner)
         self.assertEqual(len([r for r in logs.output if "pipe.json" in r]), 1)
 
-
     def test_a_whole_second_stamp_is_racy_for_two_seconds_and_a_fine_one_for_a_tick(self) -> None:
         racy, second = me._is_racy, 1_800_000_000
         whole = types.SimpleNamespace(st_mtime_ns=second * 10**9, st_ctime_ns=second * 10**9)  # FAT's clock
@@ -1544,7 +1540,6 @@ class ScheduleModelTest(unittest.TestCase):
                     for _, n in popped:
                         del model[n]
                 self.assertEqual(heap.next_due(), min(model.values(), default=None))
-
 
     def test_rescheduling_compacts_the_heap_only_past_twice_the_live_entries_and_64(self) -> None:
         heap, sizes = Schedule(), []
@@ -1933,7 +1928,6 @@ class WatcherRunTest(unittest.TestCase):
         sim.run()
         self.assertEqual(seen, [True])
 
-
     def test_notices_wait_beside_the_events_and_never_take_their_place(self) -> None:
         sim = Sim(self).start()
         for name in ("bad1.json", "bad2.json"):
@@ -2115,7 +2109,6 @@ class DowntimeTest(unittest.TestCase):
         put(sim.dir, "p.json", every("1m", start=iso(T0 - 3600)), mtime=T0 - 9999)
         sim.start()
         self.assertEqual(len(sim.run()), 1)  # due at T0 - 60, 3 s after the last sign of life
-
 
     def test_a_takeover_runs_all_the_dead_harness_had_accepted_whatever_the_queue_limit(self) -> None:
         sim = Sim(self).down_since(T0 - 5)  # one running and five waiting on C1 when it died
@@ -2637,7 +2630,6 @@ class LockTest(unittest.TestCase):
         sim.step(0.1)
         self.assertEqual(sim.run(), [])
 
-
     def test_nothing_fires_once_a_directory_made_anew_is_another_harness_s(self) -> None:
         sim = Sim(self).start()
         put(sim.dir, "p.json", every("1m", start=iso(T0)))
@@ -2764,7 +2756,6 @@ class CliTest(CliCase):
         self.assertEqual(len(cli.out), 1)
         self.assertTrue(cli.err[-1].endswith("INFO stopped (exit status 0)"), cli.err)
 
-
     def test_a_line_is_one_write_so_that_a_kill_never_leaves_half_of_it(self):
         writes: list[str] = []
         out = types.SimpleNamespace(write=writes.append, flush=lambda: None)
@@ -2772,6 +2763,7 @@ class CliTest(CliCase):
             me._Handler(False, None, None)(Event("a.json", "immediate", "C1", "hi"))
         self.assertEqual(len(writes), 1)
         self.assertTrue(writes[0].endswith(" C1 [EVENT:a.json:immediate] hi\n"), writes)
+
     def test_json_lines_and_sigint(self):
         cli = self.serve("--json")
         self.put("hook.json", cli_immediate("C9", "New ticket"))
@@ -2912,9 +2904,7 @@ class ExecTest(CliCase):
     def test_a_second_signal_exits_at_once_and_kills_the_commands(self):
         for signum, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
             with self.subTest(signal=signum):
-                cli = CliServer(self, self.events, "--poll", "0.02", "--exec", "trap '' TERM INT; setsid sleep 30 & "
-                                "sleep 30")
-                cli.wait_err("watching")
+                cli = self.serve("--exec", "trap '' TERM INT; setsid sleep 30 & sleep 30")
                 self.put("a.json", cli_immediate())
                 wait_until(lambda: len(marked(self.mark)) >= 4)
                 cli.proc.send_signal(signum)
@@ -2993,19 +2983,8 @@ class ExecTest(CliCase):
             resource.setrlimit(resource.RLIMIT_FSIZE, (1200, 1200))
         (self.dir / "out").write_bytes(b"\n" * 1000)  # the output's room is 200 bytes; a crash record's is 1200
         with open(self.dir / "out", "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, self.events, "--poll", "0.02", "--exec",
-                                     f'touch {ran}/"$MOM_EVENT_FILE"'], stdout=out, stderr=subprocess.PIPE, text=True,
-                                    env=self.env(PYTHONDONTWRITEBYTECODE="1"), preexec_fn=full_disk)
-        err: list[str] = []
-        reader = threading.Thread(target=CliServer.collect, args=(proc.stderr, err), daemon=True)
-        reader.start()
-
-        def close() -> None:
-            proc.kill()
-            proc.wait()
-            reader.join(5)
-            proc.stderr.close()
-        self.addCleanup(close)
+            err = CliServer(self, self.events, "--poll", "0.02", "--exec", f'touch {ran}/"$MOM_EVENT_FILE"', stdout=out,
+                            env=self.env(PYTHONDONTWRITEBYTECODE="1"), preexec_fn=full_disk).err
         wait_until(lambda: any("watching" in line for line in err), why=err)
         names = [f"e{k}.json" for k in range(6)]
         for k, name in enumerate(names):  # a channel each: none waits for another
@@ -3044,9 +3023,8 @@ class PromptTest(CliCase):
         text = me.events_prompt(self.events, timezone="Australia/Sydney")
         block = re.findall(r"```json\n(.*?)\n```", text, re.S)[-1]
         timing = timing_of(parse_event(block, "x.json"), time.time(), UTC)
-        runs, after = [], 0.0
-        while len(runs) < 27 and (after := timing.next_after(after)) is not None:  # type: ignore[attr-defined]
-            runs.append(datetime.fromtimestamp(after, ZoneInfo("Australia/Sydney")))
+        runs = [datetime.fromtimestamp(run, ZoneInfo("Australia/Sydney")) for run in
+                TimingTest.runs(self, timing, 0, 27)]
         self.assertEqual({run.strftime("%H:%M") for run in runs}, {"10:00"})
         self.assertEqual({(b.date() - a.date()).days for a, b in itertools.pairwise(runs)}, {14})
         self.assertEqual(len({run.utcoffset() for run in runs}), 2)
