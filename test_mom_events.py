@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import pickle
-import queue
 import random
 import re
 import resource
@@ -40,7 +39,7 @@ import unittest
 import unittest.mock
 import uuid
 from contextlib import redirect_stderr, redirect_stdout
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from pathlib import Path
 from unittest import mock
 from zoneinfo import ZoneInfo
@@ -49,7 +48,14 @@ import mom_events as me
 from mom_events import Event, EventError, next_fire, parse_event
 
 logging.getLogger("mom_events").addHandler(logging.NullHandler())  # the library's log is the tests' to read
+# The private parts the tests reach into most, named once here
 proc_session = me._proc_session  # a process's (session id, start), or None once it is gone
+Scanner, Schedule, Channels, Job, History = me._Scanner, me._Schedule, me._Channels, me._Job, me._History
+
+
+def timing_of(data: str, mtime: float, user: tzinfo) -> typing.Any:
+    """A file's timing as the watcher makes it: its occurrences (next_after) and its daylight saving notes."""
+    return me._timing(me._parse(data, "p.json")[1], mtime, user)
 
 
 def utc(*args: int) -> datetime:
@@ -70,6 +76,116 @@ def put(directory: Path, name: str, content: object, mtime: float | None = None)
     if mtime is not None:
         os.utime(path, (mtime, mtime))
     return path
+
+
+def wait_until(predicate: object, timeout: float = 10.0, step: float = 0.02, why: object = "") -> None:
+    """Poll ``predicate`` every ``step`` s until it holds, or fail the test after ``timeout`` s saying ``why``
+    (called if it is callable, so that it shows what was there at the end)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s: {why() if callable(why) else why}")
+        time.sleep(step)
+
+
+CLI_HERE = Path(me.__file__).resolve().parent
+MARK = "MOM_EVENTS_TEST_MARK"  # in the environment of every process a test starts: reaped by it at the end
+# The CLI as imported (a mutation tool swaps in its mutants only for the module imported as mom_events);
+# the manual's commands and one test run mom_events.py itself as a script.
+CLI_RUN = "import sys, mom_events; sys.exit(mom_events.main(sys.argv[1:]))"
+
+
+def marked(mark: str, holding: bytes = b"") -> list[int]:
+    """The processes whose environment carries ``mark`` (a test's own, their children and setsid daemons
+    too), and ``holding`` as well."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):  # gone as it was looked at
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            if f"{MARK}={mark}".encode() in environ.split(b"\0") and holding in environ:
+                found.append(int(pid))
+    return found
+
+
+def reap(mark: str) -> None:
+    """Kill the processes that carry ``mark``, and wait until none is left."""
+    for pid in marked(mark):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not marked(mark), why=lambda: f"left running: {marked(mark)}")
+
+
+class CliCase(unittest.TestCase):
+    """A temporary events directory, and the CLI in subprocesses marked for reaping."""
+
+    def setUp(self) -> None:
+        self.dir = temp_dir(self)
+        self.events = self.dir / "events"
+        self.events.mkdir()
+        self.mark = uuid.uuid4().hex
+        self.addCleanup(reap, self.mark)
+
+    def env(self, **more: str) -> dict[str, str]:
+        return dict(os.environ, PYTHONPATH=str(CLI_HERE), **{MARK: self.mark}, **more)
+
+    def run_cli(self, *args: object, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", CLI_RUN, *map(str, args)], capture_output=True,
+                              text=True, timeout=30, env=self.env(**env))
+
+    def serve(self, *args: object) -> CliServer:
+        server = CliServer(self, self.events, "--poll", "0.02", *args)
+        server.wait_err("watching")
+        return server
+
+    def put(self, name: str, content: object, mtime: float | None = None) -> Path:
+        return put(self.events, name, content, mtime)
+
+
+class CliServer:
+    """A harness in a subprocess, its stdout and stderr collected line by line; ``line()`` takes stdout's next."""
+
+    def __init__(self, test: CliCase, *args: object, **popen: object) -> None:
+        popen = {"stdout": subprocess.PIPE, "env": test.env(), **popen}  # stdout to a file: no out
+        self.proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, *map(str, args)], stderr=subprocess.PIPE,
+                                     text=True, **popen)
+        test.addCleanup(self.close)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.taken = 0
+        self.readers = [threading.Thread(target=self.collect, args=pair, daemon=True)
+                        for pair in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)) if pair[0]]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def collect(stream, lines: list[str]) -> None:
+        for line in stream:
+            lines.append(line.rstrip("\n"))
+
+    def line(self, timeout: float = 10) -> str:
+        wait_until(lambda: len(self.out) > self.taken, timeout, why=lambda: f"no line; its log: {self.err}")
+        self.taken += 1
+        return self.out[self.taken - 1]
+
+    def wait_err(self, text: str, timeout: float = 10.0) -> str:
+        wait_until(lambda: any(text in line for line in self.err), timeout, why=lambda: f"{text!r} in {self.err}")
+        return next(line for line in self.err if text in line)
+
+    def finish(self, timeout: float = 10) -> int:
+        status = self.proc.wait(timeout)
+        for reader in self.readers:
+            reader.join(5)
+        return status
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for reader in self.readers:
+            reader.join(5)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()
 
 
 # --- Data model and parsing ---
@@ -1064,15 +1180,13 @@ class CronListTest(unittest.TestCase):
                                  "in America/New_York: it does not run in between"])
 
 
-# --- Timing, scanning, the schedule, the channels, the history: each part against a plain model ---
-
+# --- Timing and the judge ---
 
 class TimingTest(unittest.TestCase):
     """An interval's runs, and start/until, through the public parse and the timing of the judge."""
 
-    def timing(self, mtime: float, **fields: object) -> object:
-        parsed = me._parse(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")[1]
-        return me._timing(parsed, mtime, UTC)
+    def timing(self, mtime: float = 0, user: ZoneInfo | None = None, **fields: object) -> object:
+        return timing_of(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), mtime, user or UTC)
 
     def runs(self, timing: object, after: float, count: int) -> list[float]:
         found: list[float] = []
@@ -1103,7 +1217,6 @@ class TimingTest(unittest.TestCase):
         self.assertEqual([time.strftime("%d %H", time.gmtime(r)) for r in self.runs(t, 0, 9)],
                          ["02 09", "02 17", "03 09"])
 
-
     def test_a_seconds_cron_never_runs_before_its_start(self) -> None:
         start = utc(2030, 1, 1, 9).timestamp()
         t = self.timing(0, schedule="* * * * * *", timezone="UTC", start="2030-01-01T09:00:00Z")
@@ -1120,8 +1233,7 @@ class TimingTest(unittest.TestCase):
     def test_whole_days_without_a_timezone_say_how_they_drift_at_the_users_next_clock_change(self) -> None:
         sydney = ZoneInfo("Australia/Sydney")
         drifts = {"every": "6w", "start": "2026-12-05T10:00:00+11:00"}
-        parsed = me._parse(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **drifts}), "p.json")[1]
-        timing = me._timing(parsed, 0, sydney)
+        timing = timing_of(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **drifts}), 0, sydney)
         self.assertEqual(timing.notes(datetime(2026, 11, 28, tzinfo=sydney).timestamp()), [
             "runs at 09:00 after 2027-04-04: `every` counts elapsed time; add `timezone` to keep 10:00"])
         self.assertEqual(timing.notes(datetime(2027, 5, 1, tzinfo=sydney).timestamp()), [
@@ -1135,8 +1247,8 @@ class TimingTest(unittest.TestCase):
                 ({**drifts, "every": "1d12h", "timezone": "Australia/Sydney"}, sydney,
                  ["`every` counts elapsed time: only whole days and weeks keep the wall time"])):
             with self.subTest(fields=fields, user=user):
-                self.assertEqual(me._timing(me._parse(json.dumps({"type": "periodic", "channelId": "C1", "text": "t",
-                                                                  **fields}), "p.json")[1], 0, user).notes(now), notes)
+                periodic = json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields})
+                self.assertEqual(timing_of(periodic, 0, user).notes(now), notes)
 
     # The judge on its own: exact verdicts at the edges of its windows (2030-01-01T09:00:00Z is A).
     A = 1893488400.0
@@ -1210,6 +1322,7 @@ class TimingTest(unittest.TestCase):
         start = utc(2030, 1, 1).timestamp()
         self.assertEqual(self.judge(fields, start - 10, start + 10 * 3600), ("ended", None, None, "it has no run left"))
 
+
 def first_at_or_after(zone: ZoneInfo, wall: datetime) -> float:
     """The first instant whose wall time in ``zone`` is ``wall`` or later, walked a quarter-hour at a time from
     before any zone's ``wall`` (every offset and change in the zones tested is a whole quarter-hour)."""
@@ -1222,12 +1335,7 @@ def first_at_or_after(zone: ZoneInfo, wall: datetime) -> float:
 class CalendarIntervalTest(unittest.TestCase):
     """`every` of whole weeks and days with a `timezone` keeps the wall time: against a model on zoneinfo alone."""
 
-    def timing(self, mtime: float = 0, user: ZoneInfo | None = None, **fields: object) -> object:
-        parsed = me._parse(json.dumps({"type": "periodic", "channelId": "C1", "text": "t", **fields}), "p.json")[1]
-        return me._timing(parsed, mtime, user or UTC)
-
-    def runs(self, timing: object, after: float, count: int) -> list[float]:
-        return TimingTest.runs(self, timing, after, count)  # type: ignore[arg-type]
+    timing, runs = TimingTest.timing, TimingTest.runs
 
     def test_every_sixth_saturday_at_10_for_ten_years_in_four_zones(self) -> None:
         start = datetime(2026, 12, 5, 10)  # a Saturday
@@ -1314,6 +1422,8 @@ class CalendarIntervalTest(unittest.TestCase):
         self.assertIsNone(timing.next_after(datetime(9990, 1, 7, tzinfo=UTC).timestamp()))  # type: ignore
 
 
+# --- Directory scanning ---
+
 class ScanTest(unittest.TestCase):
     """The scanner on a real directory: created, changed, deleted; a rewrite the stat cannot see."""
 
@@ -1322,7 +1432,7 @@ class ScanTest(unittest.TestCase):
 
     def test_created_changed_deleted_and_names_never_touched(self) -> None:
         d = temp_dir(self)
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         put(d, "a.json", "{}", mtime=100)
         put(d, "b.json", "{}", mtime=50)
         for name in (".a.json", "a.json.tmp", "x.json~", "a.json.rejected"):
@@ -1337,7 +1447,7 @@ class ScanTest(unittest.TestCase):
 
     def test_a_same_size_rewrite_within_the_tick_is_handed_on_again(self) -> None:
         d = temp_dir(self)
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         path = put(d, "a.json", "AAAA")
         st = path.stat()
         self.assertEqual(self.poll(scanner), {"a.json": True})
@@ -1347,7 +1457,7 @@ class ScanTest(unittest.TestCase):
 
     def test_the_sweep_sees_a_rewrite_in_place_without_a_listing(self) -> None:
         d = temp_dir(self)
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         path = put(d, "a.json", "AAAA", mtime=100)
         self.poll(scanner)
         time.sleep(0.06)
@@ -1359,14 +1469,13 @@ class ScanTest(unittest.TestCase):
     def test_a_fifo_is_warned_about_once_and_never_handed_on(self) -> None:
         d = temp_dir(self)
         os.mkfifo(d / "pipe.json")
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         with self.assertLogs("mom_events", "WARNING") as logs:
             self.assertEqual(self.poll(scanner), {})
             time.sleep(0.06)
             put(d, "other.json", "{}")
             self.poll(scanner)
         self.assertEqual(len([r for r in logs.output if "pipe.json" in r]), 1)
-
 
     def test_a_whole_second_stamp_is_racy_for_two_seconds_and_a_fine_one_for_a_tick(self) -> None:
         racy, second = me._is_racy, 1_800_000_000
@@ -1389,7 +1498,7 @@ class ScanTest(unittest.TestCase):
                 gone.unlink()
             return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
 
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         scanner.ignore = "history.json"
         self.addCleanup(scanner.close)
         with mock.patch.object(me.os, "stat", stat):
@@ -1398,7 +1507,7 @@ class ScanTest(unittest.TestCase):
     def test_a_directory_that_cannot_be_listed_is_said_once_then_that_it_can_again(self) -> None:
         d = temp_dir(self) / "events"
         d.mkdir()
-        scanner = me._Scanner(str(d))
+        scanner = Scanner(str(d))
         self.addCleanup(scanner.close)
         put(d, "a.json", "{}")
         self.poll(scanner)
@@ -1413,13 +1522,16 @@ class ScanTest(unittest.TestCase):
         self.assertEqual(logs.output, [f"ERROR:mom_events:{said} cannot be listed: No such file or directory",
                                        f"WARNING:mom_events:{said} can be listed again"])
 
+
+# --- The schedule ---
+
 class ScheduleModelTest(unittest.TestCase):
     """The heap against a dict: one live entry per file, cancelled ones never come up, earliest first."""
 
     def test_random_operations_agree_with_a_dict(self) -> None:
         rng = random.Random(7)
         for _ in range(200):
-            heap, model = me._Schedule(), {}
+            heap, model = Schedule(), {}
             for _ in range(60):
                 name, due = rng.choice("abcdef"), rng.randint(0, 50)
                 op = rng.random()
@@ -1439,14 +1551,16 @@ class ScheduleModelTest(unittest.TestCase):
                         del model[n]
                 self.assertEqual(heap.next_due(), min(model.values(), default=None))
 
-
     def test_rescheduling_compacts_the_heap_only_past_twice_the_live_entries_and_64(self) -> None:
-        heap, sizes = me._Schedule(), []
+        heap, sizes = Schedule(), []
         for k in range(69):  # a file rewritten again and again: its old entries pile up until compacted
             heap.push(float(k), "ab"[k % 2])
             sizes.append(len(heap._heap))
         self.assertEqual(sizes, [*range(1, 69), 2])  # 68 = 2 x 2 live + 64 is kept; one more leaves the live two
         self.assertEqual(heap.pop_due(100.0), [(67.0, "b"), (68.0, "a")])
+
+
+# --- The channel queues ---
 
 class ChannelsModelTest(unittest.TestCase):
     """The queues against a plain model: FIFO per channel, one run at a time, at most 5 waiting, notices
@@ -1457,15 +1571,15 @@ class ChannelsModelTest(unittest.TestCase):
         for _ in range(150):
             ran: list[str] = []
             workers: list = []
-            channels = me._Channels(5, workers.append, 0)
+            channels = Channels(5, workers.append, 0)
             model: dict[str, list] = {}  # channel -> its jobs, (label, file, notice): none runs while workers wait
             for i in range(80):
                 channel, op = rng.choice("xyz"), rng.random()
                 label = f"{channel}{i}"
                 if op < 0.55:
                     notice = rng.random() < 0.2
-                    job = me._Job(channel, lambda label=label: ran.append(label),
-                                  Event(rng.choice("ab") + ".json", "immediate", channel, "t"), notice)
+                    job = Job(channel, lambda label=label: ran.append(label),
+                              Event(rng.choice("ab") + ".json", "immediate", channel, "t"), notice)
                     ok = channels.put(job)
                     busy = channel in model
                     events = sum(not w[2] for w in model.get(channel, []))  # notices wait beside them
@@ -1524,45 +1638,48 @@ class ChannelsModelTest(unittest.TestCase):
         self.assertEqual(logs.output, ["ERROR:mom_events:cannot start a worker: can't start new thread"] * 2)
 
     def test_wait_returns_the_channels_still_running_and_not_the_callers_own(self) -> None:
-        channels = me._Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0.1)
+        channels = Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0.1)
         release, inside = threading.Event(), []
-        channels.put(me._Job("slow", lambda: release.wait(5)))
-        channels.put(me._Job("self", lambda: inside.append(channels.wait(0.05))))  # waits: the pool is paced
+        channels.put(Job("slow", lambda: release.wait(5)))
+        channels.put(Job("self", lambda: inside.append(channels.wait(0.05))))  # waits: the pool is paced
         time.sleep(0.03)
         channels.dispatch()  # as a poll does: the waiting channel gets a worker of its own
-        self.assertEqual(channels.wait(0.2), ["slow"])
+        self.assertEqual(channels.wait(2), ["slow"])
         release.set()
         self.assertEqual(channels.wait(5), [])
         self.assertEqual(inside, [["slow"]])
 
     def test_waiting_is_about_one_files_occurrences_and_not_its_notices(self) -> None:
-        channels = me._Channels(5, lambda work: None, 0)  # no worker starts: every job waits
-        channels.put(me._Job("C1", lambda: None, Event("a.json", "immediate", "C1", "t")))
-        channels.put(me._Job("C1", lambda: None, Event("n.json", "interrupted", "C1", "t"), notice=True))
-        channels.put(me._Job("C1", lambda: None))
+        channels = Channels(5, lambda work: None, 0)  # no worker starts: every job waits
+        channels.put(Job("C1", lambda: None, Event("a.json", "immediate", "C1", "t")))
+        channels.put(Job("C1", lambda: None, Event("n.json", "interrupted", "C1", "t"), notice=True))
+        channels.put(Job("C1", lambda: None))
         self.assertEqual([channels.waiting("C1", name) for name in ("a.json", "b.json", "n.json")],
                          [True, False, False])
         self.assertFalse(channels.waiting("C2", "a.json"))
 
     def test_a_failed_run_is_logged_and_a_closed_channel_takes_nothing(self) -> None:
         ran: list[int] = []
-        channels = me._Channels(5, lambda work: work(), 0)  # the worker runs at once
+        channels = Channels(5, lambda work: work(), 0)  # the worker runs at once
         with self.assertLogs("mom_events", "ERROR") as logs:
-            self.assertTrue(channels.put(me._Job("C1", lambda: ran.append(1 // 0))))
+            self.assertTrue(channels.put(Job("C1", lambda: ran.append(1 // 0))))
         self.assertTrue(logs.output[0].startswith("ERROR:mom_events:channel C1: a run failed\nTraceback"))
         self.assertIn("ZeroDivisionError", logs.output[0])
         channels.close()
-        self.assertFalse(channels.put(me._Job("C1", lambda: ran.append(1), notice=True)))
+        self.assertFalse(channels.put(Job("C1", lambda: ran.append(1), notice=True)))
         self.assertEqual(ran, [])
 
     def test_wait_returns_as_soon_as_the_runs_end(self) -> None:
-        channels = me._Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0)
+        channels = Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0)
         release = threading.Event()
-        channels.put(me._Job("C1", lambda: release.wait(5)))
+        channels.put(Job("C1", lambda: release.wait(5)))
         threading.Timer(0.05, release.set).start()
         begun = time.monotonic()
-        self.assertEqual(channels.wait(5), [])
-        self.assertLess(time.monotonic() - begun, 2)  # woken by the run's end, not by the timeout
+        self.assertEqual(channels.wait(30), [])
+        self.assertLess(time.monotonic() - begun, 10)  # woken by the run's end, not by the timeout
+
+
+# --- The history ---
 
 class HistoryTest(unittest.TestCase):
     def test_a_history_under_an_events_name_in_the_directory_is_never_read_as_one(self) -> None:
@@ -1581,7 +1698,7 @@ class HistoryTest(unittest.TestCase):
     def test_lines_are_private_whole_and_a_torn_line_never_merges_into_the_next(self) -> None:
         d = temp_dir(self)
         path = d / "h.jsonl"
-        history = me._History(str(path), lambda: 0.0)
+        history = History(str(path), lambda: 0.0)
         event = Event("a.json", "immediate", "C1", "t")
         history.record("queued", event)
         self.assertEqual(stat.S_IMODE(path.stat().st_mode) & 0o077, 0)
@@ -1595,7 +1712,7 @@ class HistoryTest(unittest.TestCase):
         self.assertEqual([r["outcome"] for r in readable], ["queued", "done"])  # a reader skips the torn line
 
     def test_a_history_that_cannot_be_written_is_said_once(self) -> None:
-        history = me._History("/nonexistent/dir/h.jsonl", time.time)
+        history = History("/nonexistent/dir/h.jsonl", time.time)
         with self.assertLogs("mom_events", logging.ERROR) as logs:
             for _ in range(3):
                 history.record("queued", Event("a.json", "immediate", "C1", "t"))
@@ -1603,7 +1720,7 @@ class HistoryTest(unittest.TestCase):
 
     def test_a_line_holds_every_field_in_utf_8_and_an_unencodable_name_escaped(self) -> None:
         path = temp_dir(self) / "h.jsonl"
-        history = me._History(str(path), lambda: 1.5)
+        history = History(str(path), lambda: 1.5)
         history.record("done", Event("café.json", "immediate", "C1", "t"), 60.0, "fine")
         history.record("queued", Event("a\udcff.json", "immediate", "C1", "t"))  # a name os.listdir could not decode
         lines = path.read_bytes().decode("utf-8").splitlines()
@@ -1615,7 +1732,7 @@ class HistoryTest(unittest.TestCase):
 
     def test_a_history_that_works_again_is_said_so_and_a_new_failure_is_said_again(self) -> None:
         folder = temp_dir(self) / "gone"
-        history, event = me._History(str(folder / "h.jsonl"), time.time), Event("a.json", "immediate", "C1", "t")
+        history, event = History(str(folder / "h.jsonl"), time.time), Event("a.json", "immediate", "C1", "t")
         with self.assertLogs("mom_events", logging.WARNING) as logs:
             history.record("queued", event)
             folder.mkdir()
@@ -1629,7 +1746,7 @@ class HistoryTest(unittest.TestCase):
                                        f"ERROR:mom_events:{said} cannot be written: No such file or directory"])
 
 
-# --- The files and the watcher, on simulated time: the public step(now), workers held by spawn= ---
+# --- The files and their runs: on simulated time (the public step(now), workers held by spawn=), then real crashes ---
 
 T0 = utc(2030, 1, 7, 9).timestamp()  # a Monday, 09:00 UTC
 
@@ -1864,7 +1981,6 @@ class WatcherRunTest(unittest.TestCase):
         sim.run()
         self.assertEqual(seen, [True])
 
-
     def test_notices_wait_beside_the_events_and_never_take_their_place(self) -> None:
         sim = Sim(self).start()
         for name in ("bad1.json", "bad2.json"):
@@ -1951,6 +2067,33 @@ class WatcherRunTest(unittest.TestCase):
         self.assertEqual(got, ["b.json"])
         self.assertEqual(len(list((sim.dir / ".mom_events").glob("run.*"))), 1)  # told interrupted at the next start
 
+    def test_a_one_shot_with_an_mtime_ahead_of_the_clock_runs_at_its_time(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "d.json", one_shot(T0 + 60), mtime=T0 + 3600)  # cp -p from a host whose clock is ahead
+        self.assertEqual(sim.step(), T0 + 60)
+        sim.step(60)
+        self.assertEqual(len(sim.run()), 1)
+
+    def test_an_interval_with_an_mtime_ahead_of_the_clock_counts_from_now_across_restarts(self) -> None:
+        first = Sim(self).start()
+        put(first.dir, "p.json", every("20s"), mtime=T0 + 86400)  # touch -d '+1 day'
+        self.assertEqual(due := first.step(), T0 + 20)  # one interval after now, not a day later
+        first.watcher.stop(0)
+        second = Sim(self, directory=first.dir, now=T0 + 8).start()
+        self.assertEqual(second.step(), due)
+
+    def test_an_occurrence_a_second_late_or_more_says_so_and_less_does_not(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "a.json", one_shot(T0 + 10), mtime=T0)
+        put(sim.dir, "b.json", one_shot(T0 + 11.2, channel="C2"), mtime=T0)
+        sim.step()
+        sim.step(10)
+        sim.step(1.2)
+        sim.now += 0.3  # a.json starts 1.5 s late, b.json 0.3 s late
+        sim.run()
+        self.assertEqual([e.late for e in sim.got], [1.5, None])
+        self.assertIn("late by 1 second) remind", sim.got[0].message)
+
 
 class DowntimeTest(unittest.TestCase):
     """What a start-up does with what fell due while no harness ran: the lock file's mtime is the last sign
@@ -2019,7 +2162,6 @@ class DowntimeTest(unittest.TestCase):
         put(sim.dir, "p.json", every("1m", start=iso(T0 - 3600)), mtime=T0 - 9999)
         sim.start()
         self.assertEqual(len(sim.run()), 1)  # due at T0 - 60, 3 s after the last sign of life
-
 
     def test_a_takeover_runs_all_the_dead_harness_had_accepted_whatever_the_queue_limit(self) -> None:
         sim = Sim(self).down_since(T0 - 5)  # one running and five waiting on C1 when it died
@@ -2223,6 +2365,270 @@ class DowntimeTest(unittest.TestCase):
                                                                       ".mom_events.lock"])
         self.assertEqual(list((sim.dir / ".mom_events").iterdir()), [])
 
+    def test_a_periodic_run_that_ended_just_before_a_crash_is_not_run_again(self) -> None:
+        first = Sim(self).start()
+        put(first.dir, "p.json", every("10s", start=iso(T0 + 0.7)), mtime=T0 - 5)
+        first.step(0.7)  # fires, its sign of life written first; then ends
+        self.assertEqual(len(first.run()), 1)
+        first.watcher.stop(0)  # as a crash: nothing is written after the last beat
+        second = Sim(self, directory=first.dir, now=T0 + 1.5).start()
+        self.assertEqual(second.run(), [])
+
+    def test_nothing_runs_before_the_start_up_is_done_and_its_sign_of_life_written(self) -> None:
+        seen: list[float] = []
+        sim = Sim(self, spawn=lambda work: (seen.append(lock.stat().st_mtime), sim.workers.append(work)))
+        lock = sim.dir / ".mom_events.lock"
+        sim.down_since(T0 - 7200)
+        put(sim.dir, "p.json", every("1h", start=iso(T0 - 7200 - 1800), catchUp=True), mtime=T0 - 9999)
+        sim.start()
+        self.assertEqual(seen, [T0])  # a start-up killed before then leaves the last harness's trace as it was
+        self.assertEqual(len(sim.run()), 1)
+
+    def test_after_the_clock_steps_back_a_restart_runs_nothing_twice(self) -> None:
+        first = Sim(self).start()
+        put(first.dir, "p.json", every("10s", start=iso(T0)), mtime=T0 - 5)
+        first.step(0)
+        self.assertEqual(len(first.run()), 1)  # at T0
+        first.step(10)
+        self.assertEqual(len(first.run()), 1)  # and T0 + 10
+        first.step(-30)  # the clock steps back, then the harness dies
+        first.watcher.stop(0)
+        second = Sim(self, directory=first.dir, now=T0 - 20).start()
+        for _ in range(4):
+            second.step(10)  # to T0 + 20
+        self.assertEqual([m.split("(due ")[1][11:19] for m in second.run()], ["09:00:20"])
+
+    def test_a_missed_notice_goes_to_the_files_own_channel(self) -> None:
+        sim = Sim(self).down_since(T0 - 600)
+        put(sim.dir, "d.json", one_shot(T0 - 300, channel="C7"), mtime=T0 - 900)
+        sim.start()
+        sim.run()
+        self.assertEqual([(e.type, e.channel_id) for e in sim.got], [("missed", "C7")])
+
+
+class RecordsTest(unittest.TestCase):
+    """The records that outlive a stop or a crash: a run's, a notice's, and what a start-up finds of them."""
+
+    def test_a_session_that_cannot_be_noted_is_said_and_the_command_goes_on(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events" / "run.r1.x.json").mkdir(parents=True)  # in the record's place: EISDIR, as EFBIG would
+        with self.assertLogs("mom_events", "ERROR") as logs:
+            me._note_session(str(d), "r1", "x.json", 500, 1000)
+        self.assertIn("x.json: its command's session cannot be noted", logs.output[0])
+
+    def test_a_run_whose_marker_cannot_be_written_does_not_start_and_its_file_stays(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "h.json", every("1s"), mtime=T0)
+        sim.step(1)
+        full, real_open = OSError(28, "No space left on device"), os.open
+        records = lambda path, *args, **kwargs: (_ for _ in ()).throw(full) if "/.mom_events/run." in str(path) \
+            else real_open(path, *args, **kwargs)
+        with unittest.mock.patch("os.open", records), self.assertLogs("mom_events", "ERROR"):
+            sim.run()
+        self.assertEqual(sim.got, [])
+        self.assertEqual(sim.files(), ["h.json"])
+        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
+        self.assertEqual([p.name for p in sim.dir.iterdir() if p.name.startswith(".mom_events.run")], [])
+
+    def test_stop_cancels_what_waits_keeps_its_files_and_the_notices_markers(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "h.json", IMMEDIATE)
+        put(sim.dir, "bad.json", '{"type": "immediate", "channelId": "C2", "text": 1}')
+        sim.step()
+        for _ in range(3):
+            sim.step(0.4)
+        sim.watcher.stop(0)
+        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
+        self.assertEqual(sim.files(), ["bad.json.rejected", "h.json"])
+        told = Sim(self, directory=sim.dir, now=T0 + 5).start().run()  # the notice, at the next start
+        self.assertEqual([m.split(" ")[0] for m in told], ["[EVENT:bad.json:rejected]", "[EVENT:h.json:immediate]"])
+        self.assertEqual(list(sim.dir.glob(".mom_events.run.*")), [])  # told: no marker is left
+
+    def test_a_torn_marker_is_kept_unread_and_a_file_left_aside_removed_at_the_start(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events.run.0123").write_text('{"notice": {"filen')
+        (d / ".mom_events.take.4567").write_text("{}")
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            Sim(self, directory=d).start()
+        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])
+        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["unread.mom_events.run.0123"])
+        self.assertEqual(len(logs.output), 2)
+
+
+class CrashTest(CliCase):
+    """The records that outlive a crash, with real harnesses killed, restarted and taken over; every process
+    they start is ended by the test."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.dir = self.events  # its parent holds what the commands write
+
+    def harness(self, *args: str) -> CliServer:
+        return CliServer(self, self.dir, *args)
+
+    def commands(self) -> list[int]:
+        """The processes of the commands the harnesses ran (they carry MOM_EVENT_RUN)."""
+        return marked(self.mark, b"MOM_EVENT_RUN=")
+
+    def test_a_killed_harness_commands_are_stopped_and_the_run_told_interrupted(self) -> None:
+        first = self.harness("--exec", "setsid sleep 300 & sleep 300")
+        first.wait_err("watching")  # written after the start-up: a file written before a first start is stale
+        put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
+        self.assertTrue(first.line().endswith("[EVENT:hook.json:immediate] deploy"))
+        wait_until(lambda: len(self.commands()) >= 3)  # the shell, its sleep, and the one that left its session
+        first.proc.kill()
+        first.proc.wait()
+        second = self.harness("--exec", "true")
+        told = second.line()
+        self.assertEqual(self.commands(), [])  # stopped before anything ran, setsid child included
+        self.assertIn("[EVENT:hook.json:interrupted] This run was cut short", told)
+        self.assertRegex(told, r"so its outcome is unknown\. [1-9] process(es)? it left running (was|were) "
+                               r"stopped\. It was: \[EVENT:hook\.json:immediate\] deploy$")
+        wait_until(lambda: not (self.dir / "hook.json").exists())  # not run again as new
+        second.proc.terminate()
+        self.assertEqual(second.proc.wait(10), 0)
+        self.assertEqual(second.out, [told])
+
+    def test_a_successor_stops_a_command_that_renamed_itself_or_cleared_its_environment(self) -> None:
+        pids = self.dir.parent / "pids"
+        renamed = """perl -e '$0 = "renamed"; sleep 300'"""  # its environment overwritten by its new name
+        first = self.harness("--exec", f"{renamed} & echo $! >> {pids}; env -i sleep 300 & echo $! >> {pids}; wait")
+        first.wait_err("watching")
+        put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
+        first.line()
+        wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
+        seen = {pid: proc_session(pid) for pid in map(int, pids.read_text().split())}
+        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if proc_session(pid) == was])
+        wait_until(lambda: all(b"MOM_EVENT_RUN=" not in Path(f"/proc/{pid}/environ").read_bytes() for pid in seen))
+        first.proc.kill()
+        first.proc.wait()
+        second = self.harness()
+        self.assertIn("[EVENT:hook.json:interrupted]", second.line())
+        self.assertEqual([pid for pid, was in seen.items() if proc_session(pid) == was], [])  # stopped before it told
+
+    def test_a_successor_stops_the_command_of_a_notice_the_dead_harness_was_telling(self) -> None:
+        first = self.harness("--exec", "sleep 300")
+        first.wait_err("watching")
+        put(self.dir, "bad.json", '{"type": "immediate", "channelId": "C1", "text": "hi",}')  # a JSON slip
+        self.assertIn("[EVENT:bad.json:rejected]", first.line())
+        wait_until(lambda: self.commands())
+        old = {pid: proc_session(pid) for pid in self.commands()}
+        first.proc.kill()
+        first.proc.wait()
+        second = self.harness("--exec", "true")
+        self.assertIn("[EVENT:bad.json:rejected]", second.line())  # told again: at least once
+        self.assertEqual([pid for pid, was in old.items() if proc_session(pid) == was], [])  # and never beside itself
+
+    def test_a_run_cut_short_by_the_shutdown_is_told_at_the_next_start(self) -> None:
+        first = self.harness("--exec", "sleep 300", "--grace", "0.3")
+        first.wait_err("watching")
+        put(self.dir, "task.json", {"type": "immediate", "channelId": "C1", "text": "long"})
+        first.line()
+        wait_until(lambda: self.commands())
+        first.proc.terminate()
+        self.assertEqual(first.proc.wait(10), 1)
+        self.assertEqual(self.commands(), [])
+        records = [json.loads(p.read_bytes().partition(b"\n\0")[2].split(b"\n")[0])
+                   for p in self.dir.glob(".mom_events/run.*")]
+        self.assertEqual([r["tell"]["filename"] for r in records], ["task.json"])  # its record: never "ran"
+        self.assertFalse((self.dir / "task.json").exists())  # gone as its run began
+        second = self.harness("--no-notify")
+        self.assertIn("[EVENT:task.json:interrupted]", second.line())  # not silenced by --no-notify
+        wait_until(lambda: not (self.dir / "task.json").exists())
+
+    def test_a_standby_takes_over_a_killed_harness_without_overlapping_its_run(self) -> None:
+        first = self.harness("--exec", "sleep 300")
+        first.wait_err("watching")
+        put(self.dir, "a.json", {"type": "immediate", "channelId": "C1", "text": "one"})
+        first.line()
+        standby = self.harness("--standby", "--exec", "echo ran >> " + str(self.dir.parent / "ran"))
+        standby.wait_err("standing by")
+        wait_until(lambda: self.commands())
+        first.proc.kill()
+        self.assertIn("[EVENT:a.json:interrupted]", standby.line())
+        def sleeping(pid: int) -> bool:  # the notice's own short command may be gone as it is looked at
+            with contextlib.suppress(OSError):
+                return b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            return False
+        self.assertEqual([pid for pid in self.commands() if sleeping(pid)], [])
+        put(self.dir, "b.json", {"type": "immediate", "channelId": "C1", "text": "two"})
+        self.assertTrue(standby.line().endswith("two"))
+
+    def test_a_start_up_killed_before_it_finished_leaves_the_last_sign_of_life(self) -> None:
+        lock = self.dir / ".mom_events.lock"
+        lock.write_text("1\n")
+        os.utime(lock, (1000.0, 1000.0))
+        for i in range(4000):
+            put(self.dir, f"p{i:04}.json", {"type": "periodic", "channelId": f"C{i}", "text": "t", "every": "1h"})
+        starting = self.harness()
+
+        def locked() -> bool:  # the start-up is under way: it holds the lock
+            try:
+                return any(os.readlink(fd) == str(lock) for fd in Path(f"/proc/{starting.proc.pid}/fd").iterdir())
+            except OSError:  # a descriptor closed as it was read
+                return False
+        wait_until(locked)
+        starting.proc.kill()
+        starting.proc.wait()
+        self.assertFalse(any("watching" in line for line in starting.err))  # killed while starting up, as meant
+        self.assertEqual((lock.read_text(), lock.stat().st_mtime), ("1\n", 1000.0))
+
+    def test_a_command_that_ignores_sigterm_and_keeps_forking_is_stopped_whole(self) -> None:
+        harness = self.harness("--exec", 'trap "" TERM; while :; do sleep 40 & sleep 0.01; done', "--exec-timeout", "1")
+        harness.wait_err("watching")
+        put(self.dir, "fork.json", {"type": "immediate", "channelId": "C1", "text": "fork"})
+        harness.line()
+        harness.wait_err("timed out after 1 s", timeout=15)
+        self.assertEqual(self.commands(), [])
+
+
+# --- The watcher ---
+
+class WatcherTest(unittest.TestCase):
+    """The watcher as a whole: its thread, stop, and its clock and timezone."""
+
+    def test_a_callback_that_outlives_stop_still_finishes_its_file_and_then_lets_the_lock_go(self) -> None:
+        d, release = temp_dir(self), threading.Event()
+        watcher = me.EventsWatcher(d, lambda event: release.wait(10))
+        watcher.start()
+        put(d, "h.json", IMMEDIATE)
+        wait_until(lambda: list(d.glob(".mom_events/run.*")))
+        self.assertEqual(watcher.stop(0.05), ["C1"])
+        release.set()
+        wait_until(lambda: not list(d.glob(".mom_events/run.*")))
+        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])  # deleted
+        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["held"])  # its record removed
+
+        def taken() -> bool:
+            try:
+                (successor := me.EventsWatcher(d, print)).start()
+            except EventError:
+                return False
+            self.addCleanup(successor.stop, 0)
+            return True
+        wait_until(taken, why="the lock was never let go")
+
+    def test_an_interval_is_due_in_the_users_timezone_and_the_lock_says_when_it_was_alive(self) -> None:
+        sim = Sim(self, timezone="America/New_York").start()
+        put(sim.dir, "p.json", every("1m", start=iso(T0 + 60)), mtime=T0)
+        sim.step(60)
+        sim.run()
+        self.assertEqual(sim.got[0].due.isoformat() if sim.got[0].due else "", "2030-01-07T04:01:00-05:00")
+        self.assertEqual((sim.dir / ".mom_events.lock").stat().st_mtime, T0 + 60)
+
+    def test_the_thread_fires_on_time_whatever_the_poll_and_submit_waits_for_a_busy_channel(self) -> None:
+        d, got, release = temp_dir(self), [], threading.Event()
+        due = time.time() + 1  # seen at the start-up, then slept to
+        put(d, "o.json", one_shot(due))
+        watcher = me.EventsWatcher(d, lambda e: (got.append(time.time()), release.wait(5)), poll_interval=3)
+        watcher.start()
+        self.addCleanup(watcher.stop, 0)
+        wait_until(lambda: got)
+        self.assertGreater(got[0], due - 0.001)  # never before it (its "at" is kept to the microsecond)
+        self.assertLess(got[0] - due, 2)  # the poll is 3 s: the thread slept to the due time, not to the next poll
+        self.assertFalse(watcher.submit("C1", print))  # the channel is busy
+        release.set()
+
 
 class SystemdTest(unittest.TestCase):
     def test_ready_watchdog_and_stopping(self) -> None:
@@ -2275,9 +2681,7 @@ class LockTest(unittest.TestCase):
         self.addCleanup(standby.stop, 0)
         first.stop()
         put(d, "h.json", IMMEDIATE)  # written a moment after the last harness's last sign of life
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: got)
         self.assertEqual(got, ["h.json"])
 
     def test_a_directory_made_anew_is_locked_anew_or_left_to_the_harness_that_took_it(self) -> None:
@@ -2299,7 +2703,6 @@ class LockTest(unittest.TestCase):
         put(sim.dir, "h.json", IMMEDIATE)
         sim.step(0.1)
         self.assertEqual(sim.run(), [])
-
 
     def test_nothing_fires_once_a_directory_made_anew_is_another_harness_s(self) -> None:
         sim = Sim(self).start()
@@ -2328,9 +2731,7 @@ class LockTest(unittest.TestCase):
             self.addCleanup(standby.stop, 0)
             (d / ".mom_events").write_text("not a directory")  # the start-up cannot make its records' directory
             os.close(holder)
-            deadline = time.monotonic() + 5
-            while standby.running and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(lambda: not standby.running)
         self.assertFalse(standby.running)
         failed = [line for line in logs.output if "the takeover failed" in line]
         self.assertEqual(len(failed), 1)
@@ -2355,9 +2756,7 @@ class LockTest(unittest.TestCase):
         d.mkdir()
         os.close(holder)
         put(d, "h.json", IMMEDIATE)
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: got)
         self.assertEqual(got, ["h.json"])
         self.assertTrue(standby.running)
 
@@ -2401,695 +2800,7 @@ class LockTest(unittest.TestCase):
         self.assertIn("(due 2030-07-01T12:00:00+02:00)", sim.run()[0])
 
 
-class AdversarialFindingsTest(unittest.TestCase):
-    """What the adversarial pass found, each a test that failed before its fix."""
-
-    def test_a_periodic_run_that_ended_just_before_a_crash_is_not_run_again(self) -> None:
-        first = Sim(self).start()
-        put(first.dir, "p.json", every("10s", start=iso(T0 + 0.7)), mtime=T0 - 5)
-        first.step(0.7)  # fires, its sign of life written first; then ends
-        self.assertEqual(len(first.run()), 1)
-        first.watcher.stop(0)  # as a crash: nothing is written after the last beat
-        second = Sim(self, directory=first.dir, now=T0 + 1.5).start()
-        self.assertEqual(second.run(), [])
-
-    def test_nothing_runs_before_the_start_up_is_done_and_its_sign_of_life_written(self) -> None:
-        seen: list[float] = []
-        sim = Sim(self, spawn=lambda work: (seen.append(lock.stat().st_mtime), sim.workers.append(work)))
-        lock = sim.dir / ".mom_events.lock"
-        sim.down_since(T0 - 7200)
-        put(sim.dir, "p.json", every("1h", start=iso(T0 - 7200 - 1800), catchUp=True), mtime=T0 - 9999)
-        sim.start()
-        self.assertEqual(seen, [T0])  # a start-up killed before then leaves the last harness's trace as it was
-        self.assertEqual(len(sim.run()), 1)
-
-    def test_a_run_whose_marker_cannot_be_written_does_not_start_and_its_file_stays(self) -> None:
-        sim = Sim(self).start()
-        put(sim.dir, "h.json", every("1s"), mtime=T0)
-        sim.step(1)
-        full, real_open = OSError(28, "No space left on device"), os.open
-        records = lambda path, *args, **kwargs: (_ for _ in ()).throw(full) if "/.mom_events/run." in str(path) \
-            else real_open(path, *args, **kwargs)
-        with unittest.mock.patch("os.open", records), self.assertLogs("mom_events", "ERROR"):
-            sim.run()
-        self.assertEqual(sim.got, [])
-        self.assertEqual(sim.files(), ["h.json"])
-        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
-        self.assertEqual([p.name for p in sim.dir.iterdir() if p.name.startswith(".mom_events.run")], [])
-
-    def test_a_one_shot_with_an_mtime_ahead_of_the_clock_runs_at_its_time(self) -> None:
-        sim = Sim(self).start()
-        put(sim.dir, "d.json", one_shot(T0 + 60), mtime=T0 + 3600)  # cp -p from a host whose clock is ahead
-        self.assertEqual(sim.step(), T0 + 60)
-        sim.step(60)
-        self.assertEqual(len(sim.run()), 1)
-
-    def test_a_callback_that_outlives_stop_still_finishes_its_file_and_then_lets_the_lock_go(self) -> None:
-        d, release = temp_dir(self), threading.Event()
-        watcher = me.EventsWatcher(d, lambda event: release.wait(10))
-        watcher.start()
-        put(d, "h.json", IMMEDIATE)
-        deadline = time.monotonic() + 5
-        while not list(d.glob(".mom_events/run.*")) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertEqual(watcher.stop(0.05), ["C1"])
-        release.set()
-        deadline = time.monotonic() + 5
-        while list(d.glob(".mom_events/run.*")) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])  # deleted
-        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["held"])  # its record removed
-        while time.monotonic() < deadline:
-            try:
-                (successor := me.EventsWatcher(d, print)).start()
-                self.addCleanup(successor.stop, 0)
-                break
-            except EventError:
-                time.sleep(0.01)
-        else:
-            self.fail("the lock was never let go")
-
-    def test_after_the_clock_steps_back_a_restart_runs_nothing_twice(self) -> None:
-        first = Sim(self).start()
-        put(first.dir, "p.json", every("10s", start=iso(T0)), mtime=T0 - 5)
-        first.step(0)
-        self.assertEqual(len(first.run()), 1)  # at T0
-        first.step(10)
-        self.assertEqual(len(first.run()), 1)  # and T0 + 10
-        first.step(-30)  # the clock steps back, then the harness dies
-        first.watcher.stop(0)
-        second = Sim(self, directory=first.dir, now=T0 - 20).start()
-        for _ in range(4):
-            second.step(10)  # to T0 + 20
-        self.assertEqual([m.split("(due ")[1][11:19] for m in second.run()], ["09:00:20"])
-
-    def test_an_interval_with_an_mtime_ahead_of_the_clock_counts_from_now_across_restarts(self) -> None:
-        first = Sim(self).start()
-        put(first.dir, "p.json", every("20s"), mtime=T0 + 86400)  # touch -d '+1 day'
-        self.assertEqual(due := first.step(), T0 + 20)  # one interval after now, not a day later
-        first.watcher.stop(0)
-        second = Sim(self, directory=first.dir, now=T0 + 8).start()
-        self.assertEqual(second.step(), due)
-
-
-class WatcherDetailTest(unittest.TestCase):
-    """Rules a mutation run found unpinned in the files and the watcher."""
-
-    def test_stop_cancels_what_waits_keeps_its_files_and_the_notices_markers(self) -> None:
-        sim = Sim(self).start()
-        put(sim.dir, "h.json", IMMEDIATE)
-        put(sim.dir, "bad.json", '{"type": "immediate", "channelId": "C2", "text": 1}')
-        sim.step()
-        for _ in range(3):
-            sim.step(0.4)
-        sim.watcher.stop(0)
-        self.assertEqual(sim.outcomes("h.json"), ["queued", "cancelled"])
-        self.assertEqual(sim.files(), ["bad.json.rejected", "h.json"])
-        told = Sim(self, directory=sim.dir, now=T0 + 5).start().run()  # the notice, at the next start
-        self.assertEqual([m.split(" ")[0] for m in told], ["[EVENT:bad.json:rejected]", "[EVENT:h.json:immediate]"])
-        self.assertEqual(list(sim.dir.glob(".mom_events.run.*")), [])  # told: no marker is left
-
-    def test_a_missed_notice_goes_to_the_files_own_channel(self) -> None:
-        sim = Sim(self).down_since(T0 - 600)
-        put(sim.dir, "d.json", one_shot(T0 - 300, channel="C7"), mtime=T0 - 900)
-        sim.start()
-        sim.run()
-        self.assertEqual([(e.type, e.channel_id) for e in sim.got], [("missed", "C7")])
-
-    def test_an_occurrence_a_second_late_or_more_says_so_and_less_does_not(self) -> None:
-        sim = Sim(self).start()
-        put(sim.dir, "a.json", one_shot(T0 + 10), mtime=T0)
-        put(sim.dir, "b.json", one_shot(T0 + 11.2, channel="C2"), mtime=T0)
-        sim.step()
-        sim.step(10)
-        sim.step(1.2)
-        sim.now += 0.3  # a.json starts 1.5 s late, b.json 0.3 s late
-        sim.run()
-        self.assertEqual([e.late for e in sim.got], [1.5, None])
-        self.assertIn("late by 1 second) remind", sim.got[0].message)
-
-    def test_an_interval_is_due_in_the_users_timezone_and_the_lock_says_when_it_was_alive(self) -> None:
-        sim = Sim(self, timezone="America/New_York").start()
-        put(sim.dir, "p.json", every("1m", start=iso(T0 + 60)), mtime=T0)
-        sim.step(60)
-        sim.run()
-        self.assertEqual(sim.got[0].due.isoformat() if sim.got[0].due else "", "2030-01-07T04:01:00-05:00")
-        self.assertEqual((sim.dir / ".mom_events.lock").stat().st_mtime, T0 + 60)
-
-    def test_a_torn_marker_is_kept_unread_and_a_file_left_aside_removed_at_the_start(self) -> None:
-        d = temp_dir(self)
-        (d / ".mom_events.run.0123").write_text('{"notice": {"filen')
-        (d / ".mom_events.take.4567").write_text("{}")
-        with self.assertLogs("mom_events", "WARNING") as logs:
-            Sim(self, directory=d).start()
-        self.assertEqual(sorted(p.name for p in d.iterdir()), [".mom_events", ".mom_events.lock"])
-        self.assertEqual([p.name for p in (d / ".mom_events").iterdir()], ["unread.mom_events.run.0123"])
-        self.assertEqual(len(logs.output), 2)
-
-    def test_the_thread_fires_on_time_whatever_the_poll_and_submit_waits_for_a_busy_channel(self) -> None:
-        d, got, release = temp_dir(self), [], threading.Event()
-        watcher = me.EventsWatcher(d, lambda e: (got.append(time.time()), release.wait(5)), poll_interval=1)
-        watcher.start()
-        self.addCleanup(watcher.stop, 0)
-        due = time.time() + 1.5  # seen within a poll, then slept to
-        put(d, ".o.tmp", one_shot(due)).rename(d / "o.json")
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertLess(abs(got[0] - due), 0.05)  # the poll is 1 s: the thread slept to the due time, not past it
-        self.assertFalse(watcher.submit("C1", print))  # the channel is busy
-        release.set()
-
-
-# --- Crashes: real harnesses killed, restarted and taken over; every process they start is ended by the test ---
-
-MODULE = Path(me.__file__).resolve()
-
-
-def tagged(mark: str) -> list[int]:
-    """The processes whose environment carries ``mark`` (every harness a test starts, and what they start)."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if mark.encode() in Path(f"/proc/{pid}/environ").read_bytes():
-                pids.append(int(pid))
-        except OSError:
-            pass
-    return pids
-
-
-class Harness:
-    """``python mom_events.py DIR ...`` in a subprocess, its stdout lines read as they come."""
-
-    def __init__(self, test: unittest.TestCase, directory: Path, *args: str) -> None:
-        self.mark = test.mark
-        env = {**os.environ, "MOM_TEST_MARK": self.mark, "PYTHONPATH": str(MODULE.parent)}
-        run = "import sys, mom_events; sys.exit(mom_events.main(sys.argv[1:]))"  # imported: mutmut can see it
-        self.proc = subprocess.Popen([sys.executable, "-c", run, str(directory), *args], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.log: list[str] = []
-        threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put), daemon=True).start()
-        threading.Thread(target=self._read, args=(self.proc.stderr, self.log.append), daemon=True).start()
-        test.addCleanup(self.close)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            stream.close()  # type: ignore[union-attr]
-
-    @staticmethod
-    def _read(stream: object, keep: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            keep(line.rstrip("\n"))  # type: ignore[operator]
-
-    def line(self, timeout: float = 10) -> str:
-        try:
-            return self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no line within {timeout} s; its log: {self.log}") from None
-
-    def logged(self, text: str, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.log):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not logged: {text!r}; the log: {self.log}")
-            time.sleep(0.02)
-
-
-def wait_until(predicate: object, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
-
-
-class CrashTest(unittest.TestCase):
-    def setUp(self) -> None:
-        self.mark = f"mom-test-{uuid.uuid4().hex}"
-        self.dir = temp_dir(self) / "events"
-        self.dir.mkdir()
-        self.addCleanup(self.reap)
-
-    def reap(self) -> None:
-        for pid in tagged(self.mark):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        wait_until(lambda: not tagged(self.mark))
-
-    def harness(self, *args: str) -> Harness:
-        return Harness(self, self.dir, *args)
-
-    def commands(self) -> list[int]:
-        """The processes of the commands the harnesses ran (they carry MOM_EVENT_RUN)."""
-        return [pid for pid in tagged(self.mark) if b"MOM_EVENT_RUN=" in Path(f"/proc/{pid}/environ").read_bytes()]
-
-    def test_a_session_that_cannot_be_noted_is_said_and_the_command_goes_on(self) -> None:
-        d = temp_dir(self)
-        (d / ".mom_events" / "run.r1.x.json").mkdir(parents=True)  # in the record's place: EISDIR, as EFBIG would
-        with self.assertLogs("mom_events", "ERROR") as logs:
-            me._note_session(str(d), "r1", "x.json", 500, 1000)
-        self.assertIn("x.json: its command's session cannot be noted", logs.output[0])
-
-    def test_a_killed_harness_commands_are_stopped_and_the_run_told_interrupted(self) -> None:
-        first = self.harness("--exec", "setsid sleep 300 & sleep 300")
-        first.logged("watching")  # written after the start-up: a file written before a first start is stale
-        put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
-        self.assertTrue(first.line().endswith("[EVENT:hook.json:immediate] deploy"))
-        wait_until(lambda: len(self.commands()) >= 3)  # the shell, its sleep, and the one that left its session
-        first.proc.kill()
-        first.proc.wait()
-        second = self.harness("--exec", "true")
-        told = second.line()
-        self.assertEqual(self.commands(), [])  # stopped before anything ran, setsid child included
-        self.assertIn("[EVENT:hook.json:interrupted] This run was cut short", told)
-        self.assertRegex(told, r"so its outcome is unknown\. [1-9] process(es)? it left running (was|were) "
-                               r"stopped\. It was: \[EVENT:hook\.json:immediate\] deploy$")
-        wait_until(lambda: not (self.dir / "hook.json").exists())  # not run again as new
-        second.proc.terminate()
-        self.assertEqual(second.proc.wait(10), 0)
-        self.assertEqual(second.lines.qsize(), 0)
-
-    def test_a_successor_stops_a_command_that_renamed_itself_or_cleared_its_environment(self) -> None:
-        pids = self.dir.parent / "pids"
-        renamed = """perl -e '$0 = "renamed"; sleep 300'"""  # its environment overwritten by its new name
-        first = self.harness("--exec", f"{renamed} & echo $! >> {pids}; env -i sleep 300 & echo $! >> {pids}; wait")
-        first.logged("watching")
-        put(self.dir, "hook.json", {"type": "immediate", "channelId": "C1", "text": "deploy"})
-        first.line()
-        wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
-        seen = {pid: proc_session(pid) for pid in map(int, pids.read_text().split())}
-        self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if proc_session(pid) == was])
-        wait_until(lambda: all(b"MOM_EVENT_RUN=" not in Path(f"/proc/{pid}/environ").read_bytes() for pid in seen))
-        first.proc.kill()
-        first.proc.wait()
-        second = self.harness()
-        self.assertIn("[EVENT:hook.json:interrupted]", second.line())
-        self.assertEqual([pid for pid, was in seen.items() if proc_session(pid) == was], [])  # stopped before it told
-
-    def test_a_successor_stops_the_command_of_a_notice_the_dead_harness_was_telling(self) -> None:
-        first = self.harness("--exec", "sleep 300")
-        first.logged("watching")
-        put(self.dir, "bad.json", '{"type": "immediate", "channelId": "C1", "text": "hi",}')  # a JSON slip
-        self.assertIn("[EVENT:bad.json:rejected]", first.line())
-        wait_until(lambda: self.commands())
-        old = {pid: proc_session(pid) for pid in self.commands()}
-        first.proc.kill()
-        first.proc.wait()
-        second = self.harness("--exec", "true")
-        self.assertIn("[EVENT:bad.json:rejected]", second.line())  # told again: at least once
-        self.assertEqual([pid for pid, was in old.items() if proc_session(pid) == was], [])  # and never beside itself
-
-    def test_a_run_cut_short_by_the_shutdown_is_told_at_the_next_start(self) -> None:
-        first = self.harness("--exec", "sleep 300", "--grace", "0.3")
-        first.logged("watching")
-        put(self.dir, "task.json", {"type": "immediate", "channelId": "C1", "text": "long"})
-        first.line()
-        wait_until(lambda: self.commands())
-        first.proc.terminate()
-        self.assertEqual(first.proc.wait(10), 1)
-        self.assertEqual(self.commands(), [])
-        records = [json.loads(p.read_bytes().partition(b"\n\0")[2].split(b"\n")[0])
-                   for p in self.dir.glob(".mom_events/run.*")]
-        self.assertEqual([r["tell"]["filename"] for r in records], ["task.json"])  # its record: never "ran"
-        self.assertFalse((self.dir / "task.json").exists())  # gone as its run began
-        second = self.harness("--no-notify")
-        self.assertIn("[EVENT:task.json:interrupted]", second.line())  # not silenced by --no-notify
-        wait_until(lambda: not (self.dir / "task.json").exists())
-
-    def test_a_standby_takes_over_a_killed_harness_without_overlapping_its_run(self) -> None:
-        first = self.harness("--exec", "sleep 300")
-        first.logged("watching")
-        put(self.dir, "a.json", {"type": "immediate", "channelId": "C1", "text": "one"})
-        first.line()
-        standby = self.harness("--standby", "--exec", "echo ran >> " + str(self.dir.parent / "ran"))
-        standby.logged("standing by")
-        wait_until(lambda: self.commands())
-        first.proc.kill()
-        self.assertIn("[EVENT:a.json:interrupted]", standby.line())
-        def sleeping(pid: int) -> bool:  # the notice's own short command may be gone as it is looked at
-            with contextlib.suppress(OSError):
-                return b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes()
-            return False
-        self.assertEqual([pid for pid in self.commands() if sleeping(pid)], [])
-        put(self.dir, "b.json", {"type": "immediate", "channelId": "C1", "text": "two"})
-        self.assertTrue(standby.line().endswith("two"))
-
-    def test_a_start_up_killed_before_it_finished_leaves_the_last_sign_of_life(self) -> None:
-        lock = self.dir / ".mom_events.lock"
-        lock.write_text("1\n")
-        os.utime(lock, (1000.0, 1000.0))
-        for i in range(4000):
-            put(self.dir, f"p{i:04}.json", {"type": "periodic", "channelId": f"C{i}", "text": "t", "every": "1h"})
-        starting = self.harness()
-
-        def locked() -> bool:  # the start-up is under way: it holds the lock
-            try:
-                return any(os.readlink(fd) == str(lock) for fd in Path(f"/proc/{starting.proc.pid}/fd").iterdir())
-            except OSError:  # a descriptor closed as it was read
-                return False
-        wait_until(locked)
-        starting.proc.kill()
-        starting.proc.wait()
-        self.assertFalse(any("watching" in line for line in starting.log))  # killed while starting up, as meant
-        self.assertEqual((lock.read_text(), lock.stat().st_mtime), ("1\n", 1000.0))
-
-    def test_a_command_that_ignores_sigterm_and_keeps_forking_is_stopped_whole(self) -> None:
-        harness = self.harness("--exec", 'trap "" TERM; while :; do sleep 40 & sleep 0.01; done', "--exec-timeout", "1")
-        harness.logged("watching")
-        put(self.dir, "fork.json", {"type": "immediate", "channelId": "C1", "text": "fork"})
-        harness.line()
-        harness.logged("timed out after 1 s", timeout=15)
-        self.assertEqual(self.commands(), [])
-
-
-DOCS_HERE = Path(__file__).resolve().parent  # README.md and docs/recipes.md lie beside the suite
-
-
-def doc_blocks(path: Path, lang: str) -> list[str]:
-    return [block.split("```")[0] for block in path.read_text().split(f"```{lang}\n")[1:]]
-
-
-def recipe_wait(predicate, timeout: float = 10.0, why=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out {why()}")
-        time.sleep(0.01)
-
-
-class FakeSlack:
-    """Slack as slack_bolt sees it, on 127.0.0.1: the Web API methods the recipe calls and Socket Mode."""
-
-    def __init__(self):
-        self.posts, self.acks, self.tokens, self.socket, self.numbers = [], [], {}, None, itertools.count(1)
-
-    async def start(self):
-        from aiohttp import web
-        app = web.Application()
-        app.add_routes([web.post("/api/{method}", self.api), web.get("/socket", self.socket_mode)])
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
-        host, port = self.runner.addresses[0][:2]
-        self.api_url, self.socket_url = f"http://{host}:{port}/api/", f"ws://{host}:{port}/socket"
-
-    async def stop(self):
-        if self.socket is not None:
-            await self.socket.close()  # else the server waits for a client that never hangs up
-        await self.runner.cleanup()
-
-    async def api(self, request):
-        from aiohttp import web
-        method = request.match_info["method"]
-        self.tokens.setdefault(method, set()).add(request.headers.get("Authorization", "").removeprefix("Bearer "))
-        args = await request.json() if request.content_type == "application/json" else dict(await request.post())
-        if method == "chat.postMessage":
-            self.posts.append((args["channel"], args["text"]))
-        return web.json_response({
-            "auth.test": {"ok": True, "team_id": "T1", "user_id": "UBOT", "bot_id": "BBOT", "user": "bot"},
-            "apps.connections.open": {"ok": True, "url": self.socket_url}, "chat.postMessage": {"ok": True},
-        }.get(method, {"ok": False, "error": "unknown_method"}))
-
-    async def socket_mode(self, request):
-        from aiohttp import WSMsgType, web
-        self.socket = socket = web.WebSocketResponse()
-        await socket.prepare(request)
-        await socket.send_json({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A1"}})
-        async for message in socket:
-            if message.type == WSMsgType.TEXT:
-                self.acks.append(json.loads(message.data)["envelope_id"])
-        return socket
-
-    async def mention(self, channel, text):
-        n = next(self.numbers)
-        event = {"type": "app_mention", "user": "U1", "text": f"<@UBOT> {text}", "ts": f"{n}.2", "channel": channel}
-        await self.socket.send_json({"envelope_id": f"envelope-{n}", "type": "events_api", "payload": {
-            "type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": f"Ev{n}", "event": event}})
-
-
-class RecipeTest(unittest.TestCase):
-    """docs/recipes.md's bots as written, the asyncio one against the real slack_bolt; none leaves a thread."""
-
-    def recipe(self, name: str, stand_in: str, module: object) -> dict:
-        """Run the recipe as a module named "recipe", with `stand_in` importing as `module`."""
-        sys.modules[stand_in] = module
-        self.addCleanup(sys.modules.pop, stand_in, None)
-        for code in doc_blocks(DOCS_HERE / "docs" / "recipes.md", "python"):
-            if code.startswith(f"# recipe: {name}\n"):
-                exec(compile(code, f"docs/recipes.md:{name}", "exec"), namespace := {"__name__": "recipe"})
-                return namespace
-        self.fail(f"no recipe {name!r} in docs/recipes.md")
-
-    def setUp(self):
-        before = set(threading.enumerate())
-        self.addCleanup(recipe_wait, lambda: set(threading.enumerate()) <= before, 2,
-                        lambda: f"left running: {set(threading.enumerate()) - before}")
-        self.dir = temp_dir(self)
-        (self.dir / "events").mkdir()
-        self.addCleanup(os.chdir, os.getcwd())
-        os.chdir(self.dir)
-
-    def put(self, name: str, channel: str, text: str) -> None:
-        temporary = put(self.dir / "events", f".{name}.tmp", {"type": "immediate", "channelId": channel, "text": text})
-        os.replace(temporary, self.dir / "events" / name)  # as the README says: in place, it may be read half-written
-
-    def assert_ran_and_let_go(self) -> None:
-        records = [json.loads(line) for line in (self.dir / "events" / ".history.jsonl").read_text().splitlines()]
-        for name, last in ("hook.json", "done"), ("boom.json", "failed"):
-            self.assertEqual([r["outcome"] for r in records if r["filename"] == name], ["queued", "started", last])
-        self.assertEqual(sorted(os.listdir(self.dir / "events")), [".history.jsonl", ".mom_events", ".mom_events.lock"])
-        self.assertEqual(os.listdir(self.dir / "events" / ".mom_events"), ["held"])  # no record left
-        with me.EventsWatcher(self.dir / "events", lambda event: None):
-            pass
-
-    def test_sync_bot(self):
-        posts, calls, release = [], [], threading.Event()
-
-        def run(channel, text):
-            calls.append((channel, text))
-            if "explode" in text:
-                raise RuntimeError("agent crashed")
-            release.wait(10 if text == "hello" else 0)
-            return f"agent: {text}"
-
-        def serve(on_mention):
-            try:
-                self.put("hook.json", "C1", "New ticket")
-                self.put("boom.json", "C2", "explode")
-                recipe_wait(lambda: len(posts) == 4)  # hook.json ran, boom.json failed
-                on_mention("C3", "hello")  # the agent blocks on C3 until released
-                recipe_wait(lambda: ("C3", "hello") in calls)
-                on_mention("C3", "again")  # busy: refused
-            finally:
-                release.set()
-            recipe_wait(lambda: len(posts) == 6, why=lambda: posts)
-
-        chat = mock.Mock(post=lambda channel, text: posts.append((channel, text)), serve=serve)
-        agent = mock.Mock(system_prompt="", run=run)
-        with mock.patch("logging.basicConfig"):
-            self.recipe("sync-bot", "my_bot", mock.Mock(chat=chat, agent=agent))["main"]()
-        self.assertEqual(sorted(posts, key=lambda post: post[0]), [  # in order on each channel
-            ("C1", "_Starting event: hook.json_"), ("C1", "agent: [EVENT:hook.json:immediate] New ticket"),
-            ("C2", "_Starting event: boom.json_"), ("C2", "_Event boom.json failed: agent crashed_"),
-            ("C3", "Already working"), ("C3", "agent: hello")])
-        self.assertRegex(agent.system_prompt, r"(?s)## Scheduled events.*events/\.history\.jsonl")
-        self.assert_ran_and_let_go()
-
-    def test_async_slack_bot(self):
-        """The recipe against the real slack_bolt; only Slack is fake, on 127.0.0.1."""
-        try:
-            for name in ("slack_bolt", "aiohttp", "aiohttp.web"):  # slack_bolt first: no aiohttp imported in vain
-                importlib.import_module(name)
-        except ImportError as error:  # a vendoring developer's run, without the dev extras
-            self.skipTest(f"the async recipe is tested against the real slack_bolt and aiohttp: pip install '.[dev]' "
-                          f"(or slack_bolt aiohttp) ({error})")
-        slack, prompts, free = FakeSlack(), [], asyncio.Event()
-
-        async def run_agent(channel, text, system):
-            prompts.append(system)
-            if "explode" in text:
-                raise RuntimeError("agent crashed")
-            await free.wait()  # set: the agent answers at once; clear: it is busy
-            return f"agent: {text}"
-
-        async def scenario():  # a failed step leaves the bot to asyncio.run, which cancels it
-            free.set()
-            await slack.start()
-            try:
-                namespace = self.recipe("async-slack-bot", "my_agent", mock.Mock(run_agent=run_agent))
-                namespace["app"].client.base_url = slack.api_url  # the one change: Slack is local
-                bot = asyncio.create_task(namespace["main"]())
-                await asyncio.to_thread(recipe_wait, lambda: slack.socket is not None or bot.done())
-                self.put("hook.json", "C1", "New ticket")
-                self.put("boom.json", "C2", "explode")
-                await asyncio.to_thread(recipe_wait, lambda: len(slack.posts) == 4)  # hook.json ran, boom.json failed
-                free.clear()
-                await slack.mention("C3", "slow")
-                await asyncio.to_thread(recipe_wait, lambda: len(prompts) == 3)  # the agent works on C3
-                await slack.mention("C3", "again")  # the channel is busy: refused
-                await asyncio.to_thread(recipe_wait, lambda: ("C3", "Already working") in slack.posts)
-                free.set()
-                await asyncio.to_thread(recipe_wait, lambda: len(slack.posts) == 6)
-                self.assertFalse(bot.done())
-                bot.cancel()  # what asyncio.run does on Ctrl-C
-                with self.assertRaises(asyncio.CancelledError):
-                    await bot
-                await asyncio.to_thread(recipe_wait, lambda: slack.socket.closed)  # the bot closed its WebSocket
-            finally:
-                await slack.stop()
-
-        environ = {name: value for name, value in os.environ.items() if not name.lower().endswith("_proxy")}
-        environ.update(SLACK_BOT_TOKEN="xoxb-test", SLACK_APP_TOKEN="xapp-test")
-        with mock.patch.dict(os.environ, environ, clear=True), contextlib.redirect_stdout(io.StringIO()) as out:
-            asyncio.run(asyncio.wait_for(scenario(), 30))
-        self.assertEqual(out.getvalue(), "⚡️ Bolt app is running!\n")  # what start_async prints when connected
-        self.assertEqual(sorted(slack.posts, key=lambda post: post[0]), [  # in order on each channel
-            ("C1", "_Starting event: hook.json_"), ("C1", "agent: [EVENT:hook.json:immediate] New ticket"),
-            ("C2", "_Starting event: boom.json_"), ("C2", "_Event boom.json failed: agent crashed_"),
-            ("C3", "Already working"), ("C3", "agent: <@UBOT> slow")])
-        self.assertEqual(slack.acks, ["envelope-1", "envelope-2"])  # Socket Mode got its acknowledgements
-        self.assertEqual(slack.tokens, {"apps.connections.open": {"xapp-test"}, "auth.test": {"xoxb-test"},
-                                        "chat.postMessage": {"xoxb-test"}})
-        self.assertTrue(all(p.startswith("You are") and "events/.history.jsonl" in p for p in prompts))
-        self.assert_ran_and_let_go()
-
-    @unittest.skipUnless(importlib.util.find_spec("slack_bolt") and importlib.util.find_spec("aiohttp"),
-                         "test_async_slack_bot's own skip says what is missing")
-    def test_the_async_recipe_is_skipped_saying_why_without_slack_bolt_or_aiohttp(self):
-        for missing in ("slack_bolt", "aiohttp"):
-            with self.subTest(missing=missing), mock.patch.dict(sys.modules, {missing: None}):  # None: not importable
-                result = unittest.TestResult()
-                RecipeTest("test_async_slack_bot").run(result)
-                self.assertEqual((result.errors, result.failures, len(result.skipped)), ([], [], 1))
-                self.assertRegex(result.skipped[0][1], rf"pip install '\.\[dev\]'.*\(import of {missing} halted")
-
-
-class ReadmeTest(unittest.TestCase):
-    def test_the_examples_parse_and_will_run_and_the_first_python_block_compiles(self):
-        lines = [line for block in doc_blocks(DOCS_HERE / "README.md", "json") for line in block.splitlines()]
-        self.assertEqual({json.loads(line)["type"] for line in lines}, {"immediate", "one-shot", "periodic"})
-        folder, checks = temp_dir(self), []
-        for n, line in enumerate(lines):
-            self.assertEqual(parse_event(line, f"readme{n}.json").type, json.loads(line)["type"])
-            command = [sys.executable, me.__file__, put(folder, f"{n}.json", line), "--check"]
-            checks.append((line, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
-        for line, proc in checks:  # run side by side
-            out, err = proc.communicate(timeout=30)
-            with self.subTest(line=line):
-                self.assertEqual(proc.returncode, 0, out + err)
-                self.assertRegex(out, r"^\d+\.json: ok: .*\n.*\b1 will run, 0 will not\n\Z")
-        first = doc_blocks(DOCS_HERE / "README.md", "python")[0]
-        self.assertIn("with EventsWatcher(", first)
-        compile(first, "README.md", "exec")
-
-
-CLI_HERE = Path(me.__file__).resolve().parent
-CLI_MARK = "MOM_EVENTS_CLI_TEST"  # in the environment of every process a test starts: reaped by it at the end
-
-
-def cli_marked(mark: str) -> list[int]:
-    """The processes whose environment carries ``mark`` (a test's own, children and setsid daemons too)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as environ:
-                if f"{CLI_MARK}={mark}".encode() in environ.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
-def cli_reap(mark: str) -> None:
-    for pid in cli_marked(mark):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def cli_wait(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
-
-
-class CliCase(unittest.TestCase):
-    """A temporary events directory, and the CLI in subprocesses marked for reaping."""
-
-    def setUp(self) -> None:
-        self.dir = temp_dir(self)
-        self.events = self.dir / "events"
-        self.events.mkdir()
-        self.mark = uuid.uuid4().hex
-        self.addCleanup(cli_reap, self.mark)
-
-    def env(self, **more: str) -> dict[str, str]:
-        return dict(os.environ, PYTHONPATH=str(CLI_HERE), **{CLI_MARK: self.mark}, **more)
-
-    def run_cli(self, *args: object, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", CLI_RUN, *map(str, args)], capture_output=True,
-                              text=True, timeout=30, env=self.env(**env))
-
-    def serve(self, *args: object) -> CliServer:
-        server = CliServer(self, self.events, "--poll", "0.02", *args)
-        server.wait_err("watching")
-        return server
-
-    def put(self, name: str, content: object, mtime: float | None = None) -> Path:
-        return put(self.events, name, content, mtime)
-
-
-# The CLI as imported (a mutation tool swaps in its mutants only for the module imported as mom_events);
-# the manual's commands and one test run mom_events.py itself as a script.
-CLI_RUN = "import sys, mom_events; sys.exit(mom_events.main(sys.argv[1:]))"
-
-
-class CliServer:
-    """A harness in a subprocess, its stdout and stderr collected line by line."""
-
-    def __init__(self, test: CliCase, *args: object) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=test.env())
-        test.addCleanup(self.close)
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.readers = [threading.Thread(target=self.collect, args=pair, daemon=True)
-                        for pair in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
-        for reader in self.readers:
-            reader.start()
-
-    @staticmethod
-    def collect(stream, lines: list[str]) -> None:
-        for line in stream:
-            lines.append(line.rstrip("\n"))
-
-    def wait_err(self, text: str, timeout: float = 5.0) -> str:
-        assert cli_wait(lambda: any(text in line for line in self.err), timeout), f"no {text!r} in {self.err}"
-        return next(line for line in self.err if text in line)
-
-    def finish(self, timeout: float = 10) -> int:
-        status = self.proc.wait(timeout)
-        for reader in self.readers:
-            reader.join(5)
-        return status
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for reader in self.readers:
-            reader.join(5)
-        self.proc.stdout.close()
-        self.proc.stderr.close()
-
+# --- The CLI ---
 
 def cli_immediate(channel: str = "C1", text: str = "ping") -> dict:
     return {"type": "immediate", "channelId": channel, "text": text}
@@ -3109,7 +2820,7 @@ class CliTest(CliCase):
     def test_one_line_per_event_escaped_then_sigterm_ends_it_with_status_0(self):
         cli = self.serve()
         self.put("a]b.json", cli_immediate("C123ABC", "line one\nline two\x1b[2J"))
-        self.assertTrue(cli_wait(lambda: cli.out))
+        wait_until(lambda: cli.out)
         stamp, channel, message = cli.out[0].split(" ", 2)
         self.assertEqual((channel, message), ("C123ABC", r"[EVENT:a\x5db.json:immediate] line one\nline two\x1b[2J"))
         self.assertRegex(stamp, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$")
@@ -3118,7 +2829,6 @@ class CliTest(CliCase):
         self.assertEqual(cli.finish(), 0)
         self.assertEqual(len(cli.out), 1)
         self.assertTrue(cli.err[-1].endswith("INFO stopped (exit status 0)"), cli.err)
-
 
     def test_a_line_is_one_write_so_that_a_kill_never_leaves_half_of_it(self):
         writes: list[str] = []
@@ -3140,7 +2850,7 @@ class CliTest(CliCase):
     def test_json_lines_and_sigint(self):
         cli = self.serve("--json")
         self.put("hook.json", cli_immediate("C9", "New ticket"))
-        self.assertTrue(cli_wait(lambda: cli.out))
+        wait_until(lambda: cli.out)
         record = json.loads(cli.out[0])
         self.assertEqual(set(record), {"firedAt", "filename", "type", "channelId", "text", "message", "at",
                                        "schedule", "timezone", "late", "dueAt"})
@@ -3199,8 +2909,9 @@ class ExecTest(CliCase):
                    f'eval "echo $v=\\$MOM_EVENT_$v"; done; }} > {dump}.tmp; mv {dump}.tmp {dump}; echo to-stderr')
         cli = self.serve("--exec", command)
         hostile = "$(touch pwned) `touch pwned2` '; touch pwned3; '"
-        self.put("a.json", cli_one_shot(float(math.ceil(time.time() + 0.2)), "C7", hostile))
-        self.assertTrue(cli_wait(dump.exists))
+        now = time.time()  # written before its time, whenever the harness sees it
+        self.put("a.json", cli_one_shot(float(math.ceil(now + 0.2)), "C7", hostile), mtime=now)
+        wait_until(dump.exists)
         got = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
         self.assertEqual((got["FILE"], got["TYPE"], got["CHANNEL"], got["TEXT"]), ("a.json", "one-shot", "C7", hostile))
         self.assertEqual(got["stdin"], got["MESSAGE"])
@@ -3221,7 +2932,7 @@ class ExecTest(CliCase):
         cli = self.serve("--exec", f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}")
         text = "a\0b\ud800c" + "€" * 30000  # 90 KB: over the 64 KiB a variable; the cut falls inside a "€"
         self.put("big.json", cli_immediate("C1", text))
-        self.assertTrue(cli_wait(dump.exists))
+        wait_until(dump.exists)
         got = {key: bytes.fromhex(value) for key, value in json.loads(dump.read_text()).items()}
         message = b"[EVENT:big.json:immediate] a\0b\\ud800c" + "€".encode() * 30000
         self.assertEqual(got["stdin"], message + b"\n")
@@ -3244,16 +2955,16 @@ class ExecTest(CliCase):
                 self.put(f"{text}.json", cli_immediate("C1", text))
                 line = cli.wait_err(f"{text}.json: command failed")
                 self.assertTrue(line.endswith(f"ERROR {text}.json: command failed: {said}"), line)
-        self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) == 1, 5))  # the harness: the setsid child went
+        wait_until(lambda: len(marked(self.mark)) == 1)  # the harness: the setsid child went
         self.assertFalse(any("Traceback" in line for line in cli.err))
 
     def test_one_command_at_a_time_per_channel_and_channels_concurrently(self):
         runs = self.dir / "runs"
-        self.serve("--exec", f'echo "start $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {runs}; sleep 0.3; '
+        self.serve("--exec", f'echo "start $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {runs}; sleep 1; '
                              f'echo "end $MOM_EVENT_CHANNEL $(date +%s.%N)" >> {runs}')
         for name, channel in (("a1.json", "A"), ("a2.json", "A"), ("b1.json", "B")):
             self.put(name, cli_immediate(channel))
-        self.assertTrue(cli_wait(lambda: runs.exists() and runs.read_text().count("end") == 3))
+        wait_until(lambda: runs.exists() and runs.read_text().count("end") == 3)
         active, peak = {"A": 0, "B": 0}, {"A": 0, "B": 0, "all": 0}
         for what, channel, _ in sorted((line.split() for line in runs.read_text().splitlines()),
                                        key=lambda run: float(run[2])):
@@ -3265,29 +2976,27 @@ class ExecTest(CliCase):
     def test_grace_running_out_stops_the_command_keeps_its_file_and_exits_1(self):
         cli = self.serve("--grace", "0.3", "--exec", "setsid sleep 30 & sleep 30")
         self.put("a.json", cli_immediate())
-        self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) >= 4))  # python, sh and two sleeps
+        wait_until(lambda: len(marked(self.mark)) >= 4)  # python, sh and two sleeps
         started = time.monotonic()
         cli.proc.send_signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 1)
-        self.assertLess(time.monotonic() - started, 4)
+        self.assertLess(time.monotonic() - started, 10)
         self.assertEqual(len(list(self.events.glob(".mom_events/run.*"))), 1)  # its record kept, to be told
-        self.assertTrue(cli_wait(lambda: not cli_marked(self.mark), 3), "a command outlived the harness")
+        wait_until(lambda: not marked(self.mark), why="a command outlived the harness")
 
     def test_a_second_signal_exits_at_once_and_kills_the_commands(self):
         for signum, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
             with self.subTest(signal=signum):
-                cli = CliServer(self, self.events, "--poll", "0.02", "--exec", "trap '' TERM INT; setsid sleep 30 & "
-                                "sleep 30")
-                cli.wait_err("watching")
+                cli = self.serve("--exec", "trap '' TERM INT; setsid sleep 30 & sleep 30")
                 self.put("a.json", cli_immediate())
-                self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) >= 4))
+                wait_until(lambda: len(marked(self.mark)) >= 4)
                 cli.proc.send_signal(signum)
                 cli.wait_err("stopping")
                 started = time.monotonic()
                 cli.proc.send_signal(signum)
                 self.assertEqual(cli.finish(), status)
-                self.assertLess(time.monotonic() - started, 3)
-                self.assertTrue(cli_wait(lambda: not cli_marked(self.mark), 3), "a command outlived the harness")
+                self.assertLess(time.monotonic() - started, 10)
+                wait_until(lambda: not marked(self.mark), why="a command outlived the harness")
                 (self.events / "a.json").unlink(missing_ok=True)
 
     def test_a_command_that_renames_itself_or_clears_its_environment_is_stopped_all_the_same(self):
@@ -3296,7 +3005,7 @@ class ExecTest(CliCase):
         cli = self.serve("--exec-timeout", "3", "--exec", f"{renamed} & echo $! >> {pids}; env -i sleep 60 & "
                                                           f"echo $! >> {pids}; wait")
         self.put("a.json", cli_immediate())
-        self.assertTrue(cli_wait(lambda: pids.exists() and len(pids.read_text().split()) == 2))
+        wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
         seen = {pid: proc_session(pid) for pid in map(int, pids.read_text().split())}
         self.addCleanup(lambda: [os.kill(pid, signal.SIGKILL) for pid, was in seen.items() if proc_session(pid) == was])
 
@@ -3304,10 +3013,10 @@ class ExecTest(CliCase):
             with contextlib.suppress(OSError):
                 return b"MOM_EVENT_RUN=" not in Path(f"/proc/{pid}/environ").read_bytes()
             return False
-        self.assertTrue(cli_wait(lambda: all(map(untagged, seen))), "perl did not rename itself")
+        wait_until(lambda: all(map(untagged, seen)), why="perl did not rename itself")
         self.assertFalse(any("timed out" in line for line in cli.err), "too late: the test proves nothing")
         cli.wait_err("a.json: command failed: timed out after 3 s", 10)
-        self.assertTrue(cli_wait(lambda: all(proc_session(pid) != was for pid, was in seen.items())), "escaped")
+        wait_until(lambda: all(proc_session(pid) != was for pid, was in seen.items()), why="escaped")
 
     def test_the_tie_rule_takes_a_process_by_its_tag_or_its_session_never_by_a_recycled_id(self):
         def tied(env: bytes = b"", seen: tuple[int, int] | None = None, leader: int | None = 1000) -> bool:
@@ -3322,28 +3031,29 @@ class ExecTest(CliCase):
         self.assertFalse(tied(seen=(501, 1500)))  # another session
         self.assertFalse(tied(seen=None))  # gone, or a zombie
         self.assertFalse(me._belongs_to_run(set(), {0: 0, 1: 0}, b"", (1, 5), {0: None, 1: 0}))  # naming init's
-        proc = subprocess.Popen(["sh", "-c", "printf 'x) Z 7 (y' > /proc/$$/comm; sleep 30; :"], start_new_session=True)
+        proc = subprocess.Popen(["sh", "-c", "printf 'x) Z 7 (y' > /proc/$$/comm; sleep 30; :"], start_new_session=True,
+                                env=self.env())  # marked: its sleep, left when sh is killed, is reaped
         try:  # a name with a ")" and spaces; a zombie is dead unless asked for
-            self.assertTrue(cli_wait(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "x) Z 7 (y\n"))
-            sid, start = me._proc_session(proc.pid) or (0, 0)
+            wait_until(lambda: Path(f"/proc/{proc.pid}/comm").read_text() == "x) Z 7 (y\n")
+            sid, start = proc_session(proc.pid) or (0, 0)
             self.assertEqual(sid, proc.pid)
-            self.assertLessEqual((me._proc_session(os.getpid()) or (0, math.inf))[1], start)
+            self.assertLessEqual((proc_session(os.getpid()) or (0, math.inf))[1], start)
             proc.kill()
-            self.assertTrue(cli_wait(lambda: me._proc_session(proc.pid) is None))
-            self.assertEqual(me._proc_session(proc.pid, dead=True), (sid, start))
+            wait_until(lambda: proc_session(proc.pid) is None)
+            self.assertEqual(proc_session(proc.pid, dead=True), (sid, start))
         finally:
             proc.kill()
             proc.wait()
-        self.assertIsNone(me._proc_session(proc.pid, dead=True))
+        self.assertIsNone(proc_session(proc.pid, dead=True))
 
     def test_a_helper_that_keeps_stdin_never_holds_the_channel(self):
         cli = self.serve("--exec", "exec 3<&0; setsid sleep 60 <&3 & exit 0")
         text = "x" * 100_000  # more than a pipe holds: writing it blocks till the helper reads or goes
         self.put("a.json", cli_immediate("C1", text))
-        self.assertTrue(cli_wait(lambda: cli.out))
+        wait_until(lambda: cli.out)
         self.put("b.json", cli_immediate("C1", text))
-        self.assertTrue(cli_wait(lambda: len(cli.out) == 2), "the channel waits for the helper")
-        self.assertTrue(cli_wait(lambda: len(cli_marked(self.mark)) == 1), "a helper outlived its run")
+        wait_until(lambda: len(cli.out) == 2, why="the channel waits for the helper")
+        wait_until(lambda: len(marked(self.mark)) == 1, why="a helper outlived its run")
         cli.proc.send_signal(signal.SIGTERM)
         self.assertEqual(cli.finish(), 0)
 
@@ -3353,29 +3063,19 @@ class ExecTest(CliCase):
 
         def full_disk() -> None:  # the 4th line fails; SIGXFSZ ignored, write() says EFBIG
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1200, 1200))
+        (self.dir / "out").write_bytes(b"\n" * 1000)  # the output's room is 200 bytes; a crash record's is 1200
         with open(self.dir / "out", "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, self.events, "--poll", "0.02", "--exec",
-                                     f'touch {ran}/"$MOM_EVENT_FILE"'], stdout=out, stderr=subprocess.PIPE, text=True,
-                                    env=self.env(PYTHONDONTWRITEBYTECODE="1"), preexec_fn=full_disk)
-        err: list[str] = []
-        reader = threading.Thread(target=CliServer.collect, args=(proc.stderr, err), daemon=True)
-        reader.start()
-
-        def close() -> None:
-            proc.kill()
-            proc.wait()
-            reader.join(5)
-            proc.stderr.close()
-        self.addCleanup(close)
-        self.assertTrue(cli_wait(lambda: any("watching" in line for line in err)), err)
+            err = CliServer(self, self.events, "--poll", "0.02", "--exec", f'touch {ran}/"$MOM_EVENT_FILE"', stdout=out,
+                            env=self.env(PYTHONDONTWRITEBYTECODE="1"), preexec_fn=full_disk).err
+        wait_until(lambda: any("watching" in line for line in err), why=err)
         names = [f"e{k}.json" for k in range(6)]
         for k, name in enumerate(names):  # a channel each: none waits for another
             self.put(name, cli_immediate(f"C{k}"))
-        self.assertTrue(cli_wait(lambda: sorted(path.name for path in ran.iterdir()) == names, 10), err)
+        wait_until(lambda: sorted(path.name for path in ran.iterdir()) == names, why=err)
         self.assertEqual(sum("the output cannot be written: File too large" in line for line in err), 1, err)
         self.assertEqual((self.dir / "out").read_text().count("[EVENT:e"), 3)
-        self.assertTrue(cli_wait(lambda: not list(self.events.glob("*.json"))), "an event was not done")
+        wait_until(lambda: not list(self.events.glob("*.json")), why="an event was not done")
 
 
 class PromptTest(CliCase):
@@ -3405,10 +3105,9 @@ class PromptTest(CliCase):
     def test_the_interval_example_keeps_its_wall_time_every_other_week_for_a_year(self):
         text = me.events_prompt(self.events, timezone="Australia/Sydney")
         block = re.findall(r"```json\n(.*?)\n```", text, re.S)[-1]
-        timing = me._timing(me._parse(block, "x.json")[1], time.time(), UTC)
-        runs, after = [], 0.0
-        while len(runs) < 27 and (after := timing.next_after(after)) is not None:  # type: ignore[attr-defined]
-            runs.append(datetime.fromtimestamp(after, ZoneInfo("Australia/Sydney")))
+        timing = timing_of(block, time.time(), UTC)
+        runs = [datetime.fromtimestamp(run, ZoneInfo("Australia/Sydney")) for run in
+                TimingTest.runs(self, timing, 0, 27)]
         self.assertEqual({run.strftime("%H:%M") for run in runs}, {"10:00"})
         self.assertEqual({(b.date() - a.date()).days for a, b in itertools.pairwise(runs)}, {14})
         self.assertEqual(len({run.utcoffset() for run in runs}), 2)
@@ -3717,3 +3416,218 @@ class CheckTest(CliCase):
         result = self.run_cli(self.events, "--check")
         self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 2))
         self.assertIsNone(cli.proc.poll())
+
+
+# --- The docs: README.md and docs/recipes.md, as written ---
+
+DOCS_HERE = Path(__file__).resolve().parent  # README.md and docs/recipes.md lie beside the suite
+
+
+def doc_blocks(path: Path, lang: str) -> list[str]:
+    return [block.split("```")[0] for block in path.read_text().split(f"```{lang}\n")[1:]]
+
+
+class FakeSlack:
+    """Slack as slack_bolt sees it, on 127.0.0.1: the Web API methods the recipe calls and Socket Mode."""
+
+    def __init__(self):
+        self.posts, self.acks, self.tokens, self.socket, self.numbers = [], [], {}, None, itertools.count(1)
+
+    async def start(self):
+        from aiohttp import web
+        app = web.Application()
+        app.add_routes([web.post("/api/{method}", self.api), web.get("/socket", self.socket_mode)])
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        host, port = self.runner.addresses[0][:2]
+        self.api_url, self.socket_url = f"http://{host}:{port}/api/", f"ws://{host}:{port}/socket"
+
+    async def stop(self):
+        if self.socket is not None:
+            await self.socket.close()  # else the server waits for a client that never hangs up
+        await self.runner.cleanup()
+
+    async def api(self, request):
+        from aiohttp import web
+        method = request.match_info["method"]
+        self.tokens.setdefault(method, set()).add(request.headers.get("Authorization", "").removeprefix("Bearer "))
+        args = await request.json() if request.content_type == "application/json" else dict(await request.post())
+        if method == "chat.postMessage":
+            self.posts.append((args["channel"], args["text"]))
+        return web.json_response({
+            "auth.test": {"ok": True, "team_id": "T1", "user_id": "UBOT", "bot_id": "BBOT", "user": "bot"},
+            "apps.connections.open": {"ok": True, "url": self.socket_url}, "chat.postMessage": {"ok": True},
+        }.get(method, {"ok": False, "error": "unknown_method"}))
+
+    async def socket_mode(self, request):
+        from aiohttp import WSMsgType, web
+        self.socket = socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        await socket.send_json({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A1"}})
+        async for message in socket:
+            if message.type == WSMsgType.TEXT:
+                self.acks.append(json.loads(message.data)["envelope_id"])
+        return socket
+
+    async def mention(self, channel, text):
+        n = next(self.numbers)
+        event = {"type": "app_mention", "user": "U1", "text": f"<@UBOT> {text}", "ts": f"{n}.2", "channel": channel}
+        await self.socket.send_json({"envelope_id": f"envelope-{n}", "type": "events_api", "payload": {
+            "type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": f"Ev{n}", "event": event}})
+
+
+class RecipeTest(unittest.TestCase):
+    """docs/recipes.md's bots as written, the asyncio one against the real slack_bolt; none leaves a thread."""
+
+    def recipe(self, name: str, stand_in: str, module: object) -> dict:
+        """Run the recipe as a module named "recipe", with `stand_in` importing as `module`."""
+        sys.modules[stand_in] = module
+        self.addCleanup(sys.modules.pop, stand_in, None)
+        for code in doc_blocks(DOCS_HERE / "docs" / "recipes.md", "python"):
+            if code.startswith(f"# recipe: {name}\n"):
+                exec(compile(code, f"docs/recipes.md:{name}", "exec"), namespace := {"__name__": "recipe"})
+                return namespace
+        self.fail(f"no recipe {name!r} in docs/recipes.md")
+
+    def setUp(self):
+        before = set(threading.enumerate())
+        self.addCleanup(wait_until, lambda: set(threading.enumerate()) <= before,
+                        why=lambda: f"left running: {set(threading.enumerate()) - before}")
+        self.dir = temp_dir(self)
+        (self.dir / "events").mkdir()
+        self.addCleanup(os.chdir, os.getcwd())
+        os.chdir(self.dir)
+
+    def put(self, name: str, channel: str, text: str) -> None:
+        temporary = put(self.dir / "events", f".{name}.tmp", {"type": "immediate", "channelId": channel, "text": text})
+        os.replace(temporary, self.dir / "events" / name)  # as the README says: in place, it may be read half-written
+
+    def assert_ran_and_let_go(self) -> None:
+        records = [json.loads(line) for line in (self.dir / "events" / ".history.jsonl").read_text().splitlines()]
+        for name, last in ("hook.json", "done"), ("boom.json", "failed"):
+            self.assertEqual([r["outcome"] for r in records if r["filename"] == name], ["queued", "started", last])
+        self.assertEqual(sorted(os.listdir(self.dir / "events")), [".history.jsonl", ".mom_events", ".mom_events.lock"])
+        self.assertEqual(os.listdir(self.dir / "events" / ".mom_events"), ["held"])  # no record left
+        with me.EventsWatcher(self.dir / "events", lambda event: None):
+            pass
+
+    def test_sync_bot(self):
+        posts, calls, release = [], [], threading.Event()
+
+        def run(channel, text):
+            calls.append((channel, text))
+            if "explode" in text:
+                raise RuntimeError("agent crashed")
+            release.wait(10 if text == "hello" else 0)
+            return f"agent: {text}"
+
+        def serve(on_mention):
+            try:
+                self.put("hook.json", "C1", "New ticket")
+                self.put("boom.json", "C2", "explode")
+                wait_until(lambda: len(posts) == 4)  # hook.json ran, boom.json failed
+                on_mention("C3", "hello")  # the agent blocks on C3 until released
+                wait_until(lambda: ("C3", "hello") in calls)
+                on_mention("C3", "again")  # busy: refused
+            finally:
+                release.set()
+            wait_until(lambda: len(posts) == 6, why=lambda: posts)
+
+        chat = mock.Mock(post=lambda channel, text: posts.append((channel, text)), serve=serve)
+        agent = mock.Mock(system_prompt="", run=run)
+        with mock.patch("logging.basicConfig"):
+            self.recipe("sync-bot", "my_bot", mock.Mock(chat=chat, agent=agent))["main"]()
+        self.assertEqual(sorted(posts, key=lambda post: post[0]), [  # in order on each channel
+            ("C1", "_Starting event: hook.json_"), ("C1", "agent: [EVENT:hook.json:immediate] New ticket"),
+            ("C2", "_Starting event: boom.json_"), ("C2", "_Event boom.json failed: agent crashed_"),
+            ("C3", "Already working"), ("C3", "agent: hello")])
+        self.assertRegex(agent.system_prompt, r"(?s)## Scheduled events.*events/\.history\.jsonl")
+        self.assert_ran_and_let_go()
+
+    def test_async_slack_bot(self):
+        """The recipe against the real slack_bolt; only Slack is fake, on 127.0.0.1."""
+        try:
+            for name in ("slack_bolt", "aiohttp", "aiohttp.web"):  # slack_bolt first: no aiohttp imported in vain
+                importlib.import_module(name)
+        except ImportError as error:  # a vendoring developer's run, without the dev extras
+            self.skipTest(f"the async recipe is tested against the real slack_bolt and aiohttp: pip install '.[dev]' "
+                          f"(or slack_bolt aiohttp) ({error})")
+        slack, prompts, free = FakeSlack(), [], asyncio.Event()
+
+        async def run_agent(channel, text, system):
+            prompts.append(system)
+            if "explode" in text:
+                raise RuntimeError("agent crashed")
+            await free.wait()  # set: the agent answers at once; clear: it is busy
+            return f"agent: {text}"
+
+        async def scenario():  # a failed step leaves the bot to asyncio.run, which cancels it
+            free.set()
+            await slack.start()
+            try:
+                namespace = self.recipe("async-slack-bot", "my_agent", mock.Mock(run_agent=run_agent))
+                namespace["app"].client.base_url = slack.api_url  # the one change: Slack is local
+                bot = asyncio.create_task(namespace["main"]())
+                await asyncio.to_thread(wait_until, lambda: slack.socket is not None or bot.done())
+                self.put("hook.json", "C1", "New ticket")
+                self.put("boom.json", "C2", "explode")
+                await asyncio.to_thread(wait_until, lambda: len(slack.posts) == 4)  # hook.json ran, boom.json failed
+                free.clear()
+                await slack.mention("C3", "slow")
+                await asyncio.to_thread(wait_until, lambda: len(prompts) == 3)  # the agent works on C3
+                await slack.mention("C3", "again")  # the channel is busy: refused
+                await asyncio.to_thread(wait_until, lambda: ("C3", "Already working") in slack.posts)
+                free.set()
+                await asyncio.to_thread(wait_until, lambda: len(slack.posts) == 6)
+                self.assertFalse(bot.done())
+                bot.cancel()  # what asyncio.run does on Ctrl-C
+                with self.assertRaises(asyncio.CancelledError):
+                    await bot
+                await asyncio.to_thread(wait_until, lambda: slack.socket.closed)  # the bot closed its WebSocket
+            finally:
+                await slack.stop()
+
+        environ = {name: value for name, value in os.environ.items() if not name.lower().endswith("_proxy")}
+        environ.update(SLACK_BOT_TOKEN="xoxb-test", SLACK_APP_TOKEN="xapp-test")
+        with mock.patch.dict(os.environ, environ, clear=True), contextlib.redirect_stdout(io.StringIO()) as out:
+            asyncio.run(asyncio.wait_for(scenario(), 30))
+        self.assertEqual(out.getvalue(), "⚡️ Bolt app is running!\n")  # what start_async prints when connected
+        self.assertEqual(sorted(slack.posts, key=lambda post: post[0]), [  # in order on each channel
+            ("C1", "_Starting event: hook.json_"), ("C1", "agent: [EVENT:hook.json:immediate] New ticket"),
+            ("C2", "_Starting event: boom.json_"), ("C2", "_Event boom.json failed: agent crashed_"),
+            ("C3", "Already working"), ("C3", "agent: <@UBOT> slow")])
+        self.assertEqual(slack.acks, ["envelope-1", "envelope-2"])  # Socket Mode got its acknowledgements
+        self.assertEqual(slack.tokens, {"apps.connections.open": {"xapp-test"}, "auth.test": {"xoxb-test"},
+                                        "chat.postMessage": {"xoxb-test"}})
+        self.assertTrue(all(p.startswith("You are") and "events/.history.jsonl" in p for p in prompts))
+        self.assert_ran_and_let_go()
+
+    @unittest.skipUnless(importlib.util.find_spec("slack_bolt") and importlib.util.find_spec("aiohttp"),
+                         "test_async_slack_bot's own skip says what is missing")
+    def test_the_async_recipe_is_skipped_saying_why_without_slack_bolt_or_aiohttp(self):
+        for missing in ("slack_bolt", "aiohttp"):
+            with self.subTest(missing=missing), mock.patch.dict(sys.modules, {missing: None}):  # None: not importable
+                result = unittest.TestResult()
+                RecipeTest("test_async_slack_bot").run(result)
+                self.assertEqual((result.errors, result.failures, len(result.skipped)), ([], [], 1))
+                self.assertRegex(result.skipped[0][1], rf"pip install '\.\[dev\]'.*\(import of {missing} halted")
+
+
+class ReadmeTest(unittest.TestCase):
+    def test_the_examples_parse_and_will_run_and_the_first_python_block_compiles(self):
+        lines = [line for block in doc_blocks(DOCS_HERE / "README.md", "json") for line in block.splitlines()]
+        self.assertEqual({json.loads(line)["type"] for line in lines}, {"immediate", "one-shot", "periodic"})
+        folder, checks = temp_dir(self), []
+        for n, line in enumerate(lines):
+            self.assertEqual(parse_event(line, f"readme{n}.json").type, json.loads(line)["type"])
+            command = [sys.executable, me.__file__, put(folder, f"{n}.json", line), "--check"]
+            checks.append((line, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        for line, proc in checks:  # run side by side
+            out, err = proc.communicate(timeout=30)
+            with self.subTest(line=line):
+                self.assertEqual(proc.returncode, 0, out + err)
+                self.assertRegex(out, r"^\d+\.json: ok: .*\n.*\b1 will run, 0 will not\n\Z")
+        first = doc_blocks(DOCS_HERE / "README.md", "python")[0]
+        self.assertIn("with EventsWatcher(", first)
+        compile(first, "README.md", "exec")
