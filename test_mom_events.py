@@ -2631,35 +2631,31 @@ class WatcherTest(unittest.TestCase):
 
 
 class SystemdTest(unittest.TestCase):
+    def setUp(self) -> None:  # systemd's notify socket, as its environment names it
+        d = self.dir = temp_dir(self)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(d / "notify"))
+        self.sock.settimeout(5)
+        self.addCleanup(self.sock.close)
+        self.env = {"NOTIFY_SOCKET": str(d / "notify"), "WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}
+
     def test_ready_watchdog_and_stopping(self) -> None:
-        d = temp_dir(self)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.bind(str(d / "notify"))
-        sock.settimeout(5)
-        self.addCleanup(sock.close)
-        env = {"NOTIFY_SOCKET": str(d / "notify"), "WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}
-        with unittest.mock.patch.dict(os.environ, env):
-            watcher = me.EventsWatcher(d / "events", print, systemd=True)
+        with unittest.mock.patch.dict(os.environ, self.env):
+            watcher = me.EventsWatcher(self.dir / "events", print, systemd=True)
             watcher.start()
-            said = [sock.recv(100).decode() for _ in range(2)]
+            said = [self.sock.recv(100).decode() for _ in range(2)]
             watcher.stop()
             while not said[-1].startswith("STOPPING"):
-                said.append(sock.recv(100).decode())
+                said.append(self.sock.recv(100).decode())
         self.assertTrue(said[0].startswith("READY=1"))
         self.assertIn("WATCHDOG=1", said)
 
     def test_a_standby_tells_the_watchdog_it_lives_while_it_waits(self) -> None:
-        d = temp_dir(self)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.bind(str(d / "notify"))
-        sock.settimeout(5)
-        self.addCleanup(sock.close)
-        env = {"NOTIFY_SOCKET": str(d / "notify"), "WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())}
-        with me.EventsWatcher(d / "events", print), unittest.mock.patch.dict(os.environ, env):
-            standby = me.EventsWatcher(d / "events", print, standby=True, systemd=True)
+        with me.EventsWatcher(self.dir / "events", print), unittest.mock.patch.dict(os.environ, self.env):
+            standby = me.EventsWatcher(self.dir / "events", print, standby=True, systemd=True)
             standby.start()
             self.addCleanup(standby.stop, 0)
-            said = [sock.recv(100).decode() for _ in range(3)]  # else systemd would kill it as hung
+            said = [self.sock.recv(100).decode() for _ in range(3)]  # else systemd would kill it as hung
         self.assertEqual(said, ["READY=1\nSTATUS=standing by", "WATCHDOG=1", "WATCHDOG=1"])
 
 
