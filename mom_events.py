@@ -1935,10 +1935,14 @@ class _Files:
             log.warning("%s: unknown fields ignored: %s", file.name, ", ".join(unknown))
         file.event, file.timing = event, timing
         if isinstance(timing, _Every) and timing.first and st.st_mtime > now:  # ahead of the clock: set to now,
-            with contextlib.suppress(OSError):  # so that every later start counts from it too (if it may be set)
+            try:  # so that every later start counts from it too
                 if _still_judged(self.directory, file.name, sig):  # the file read, not one put in its place since
                     os.utime(path := os.path.join(self.directory, file.name), (st.st_atime, timing.origin))
                     file.sig = _signature(os.stat(path))  # as judged: its next read and its runs see no change
+            except FileNotFoundError:  # gone meanwhile: the scanner says so
+                pass
+            except OSError as exc:  # another user's file: the next start counts from its mtime again
+                log.warning("%s: its mtime is ahead of the clock and cannot be set: %s", file.name, exc.strerror or exc)
         written = st.st_ctime if timing is None else st.st_mtime  # an immediate: when it entered the directory
         written = min(written, now)  # a time ahead of the clock (cp -p, touch -d) counts as now
         self._act(file, _judge(event, written, now, timing, self.down, self.misfire_grace), now)
@@ -2653,7 +2657,7 @@ class _Handler:
     @staticmethod
     def _feed(pipe: io.BufferedWriter, data: bytes) -> None:
         """stdin, written on a thread of its own: a helper that keeps it open never holds the run's end."""
-        with contextlib.suppress(OSError), pipe:  # the command need not read it all (EPIPE)
+        with contextlib.suppress(BrokenPipeError), pipe:  # the command need not read it all
             pipe.write(data)
 
     def stop_all(self, kill: bool = False) -> None:

@@ -2081,6 +2081,12 @@ class WatcherRunTest(unittest.TestCase):
         first.watcher.stop(0)
         second = Sim(self, directory=first.dir, now=T0 + 8).start()
         self.assertEqual(second.step(), due)
+        put(first.dir, "q.json", every("20s"), mtime=T0 + 86400)  # another user's: its mtime cannot be set
+        with mock.patch.object(me.os, "utime", side_effect=PermissionError(1, "Operation not permitted")), \
+                self.assertLogs("mom_events", "WARNING") as logs:
+            self.assertEqual(second.step(), due)
+        self.assertIn("WARNING:mom_events:q.json: its mtime is ahead of the clock and cannot be set: Operation not "
+                      "permitted", logs.output)  # (the lock file's time is not set either, and says so)
 
     def test_an_occurrence_a_second_late_or_more_says_so_and_less_does_not(self) -> None:
         sim = Sim(self).start()
