@@ -231,7 +231,7 @@ def _field(obj: dict[str, object], key: str, required: bool = False) -> str:
         raise ValueError(f'"{key}" is empty')
     if len(value) > (limit := _MAX_LENGTH.get(key, len(value))):
         raise ValueError(f'"{key}" is {len(value)} characters long (at most {limit})')
-    return value if key == "text" else sys.intern(value)  # 10,000 files on one schedule keep one copy of it
+    return value if key == "text" else sys.intern(value)  # the files on one schedule share one copy of it
 
 
 def _schedule(obj: dict[str, object]) -> str | tuple[str, ...] | None:
@@ -654,7 +654,7 @@ _TAKEOVER = 5.0
 _COARSE = 2.0
 
 
-@dataclass(slots=True)  # one a file: 10,000 of them
+@dataclass(slots=True)  # one a file: memory grows with the files, not with their fields
 class _Timing:
     """When a scheduled event's occurrences fall, bounded by its ``start`` and ``until``."""
 
@@ -909,7 +909,7 @@ def _iso(t: float, zone: tzinfo | None) -> str:
 _RACY = 0.05
 _RACY_WHOLE_SECONDS = 2.0
 # The sweep stats this many known files a second, in turn, for rewrites in place (which leave the
-# directory's mtime alone): a pass over 1,000 files takes a second, and 10,000 idle files cost ~0.3 % of a core.
+# directory's mtime alone): a rewrite is seen within len(files) / _SWEEP_RATE seconds, at a bounded cost a second.
 _SWEEP_RATE = 1000
 
 _Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns: any change is a change
@@ -1035,7 +1035,8 @@ class _Scanner:
             self._fd = -1
 
     def _lost(self, exc: OSError) -> Iterator[tuple[str, _Signature | None]]:
-        """The directory cannot be listed: said once; its files count as gone until it can."""
+        """The directory cannot be listed: said once; its files count as gone until it can (what cannot be
+        seen may have been deleted, and must not fire; listed again, each file is read anew)."""
         if self.list_error != str(exc):
             self.list_error = str(exc)
             log.error("events directory %s cannot be listed: %s", self.path, exc.strerror or exc)
@@ -1916,11 +1917,11 @@ class _Files:
             return
         digest = hash(data)  # within this process, as good as a cryptographic one for telling a change
         if digest == file.digest and (sig[0], sig[2]) == (file.sig[0], file.sig[2]) and not again:
-            return  # read again while racy: the same (a copy put in its place, cp -p, is another file to take)
+            return  # the same: not ctime, which a link or chmod sets, but inode and mtime (a cp -p copy is new)
         self._cancel(file)
         if digest != file.digest:
             file.tries = 0  # still being written: the retries start over
-        file.sig = file.sig if sig == file.sig else sig  # the scanner's own: one copy of it for 10,000 files
+        file.sig = file.sig if sig == file.sig else sig  # an equal one is not kept twice (the scanner holds it)
         file.digest, file.event, file.timing = digest, None, None
         try:
             event, parsed, unknown = _parse(data, file.name)
