@@ -2583,7 +2583,8 @@ class _Handler:
         self.command = command
         self.timeout = timeout
         self.directory = directory  # the watched one: each command's session goes into its run's crash record
-        self.lock = threading.RLock()  # to print, or start a command (stop_all sees all); a signal may re-enter it
+        self.lock = threading.RLock()  # to start a command (stop_all sees all); a signal may re-enter it
+        self.printing = threading.Lock()  # a line at a time; never held by stop_all, as a blocked write may hold it
         self.running: dict[str, tuple[int, int]] = {}  # run id -> its session: (sid, the leader's start)
         self.stopping = False
         self.unwritten = False  # stdout failed: said once until it works again
@@ -2598,7 +2599,7 @@ class _Handler:
         else:  # a ] in the name too: the [EVENT:...] tag ends at its first ]
             tagged = replace(event, filename=event.filename.replace("]", r"\x5d"))
             line = f"{fired} {_one_line(event.channel_id)} {_one_line(tagged.message)}"
-        with self.lock:
+        with self.printing:
             try:
                 sys.stdout.write(line + "\n")  # one write: a line is whole even if the harness is killed
                 sys.stdout.flush()

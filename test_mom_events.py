@@ -2832,6 +2832,24 @@ class CliTest(CliCase):
         self.assertEqual(len(cli.out), 1)
         self.assertTrue(cli.err[-1].endswith("INFO stopped (exit status 0)"), cli.err)
 
+    def test_an_output_blocked_mid_write_never_holds_back_the_stop_of_the_commands(self):
+        handler, entered, gate = me._Handler(False, "true", None), threading.Event(), threading.Event()
+        out = types.SimpleNamespace(write=lambda line: entered.set() or gate.wait(10), flush=lambda: None)
+
+        def write() -> None:
+            with contextlib.suppress(BaseException):  # its command is then not started: the harness stops
+                handler(Event("a.json", "immediate", "C1", "hi"))
+        with mock.patch("sys.stdout", out):
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            entered.wait(5)  # a reader that stopped reading: the write blocks
+            stopper = threading.Thread(target=handler.stop_all, args=(True,), daemon=True)
+            stopper.start()
+            stopper.join(5)
+            self.assertFalse(stopper.is_alive(), "a second signal's stop waited on the blocked output")
+            gate.set()
+            writer.join(5)
+
     def test_a_line_is_one_write_so_that_a_kill_never_leaves_half_of_it(self):
         writes: list[str] = []
         out = types.SimpleNamespace(write=writes.append, flush=lambda: None)
