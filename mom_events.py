@@ -2327,6 +2327,8 @@ class EventsWatcher:
         os.makedirs(os.path.join(self.directory, _RECORDS), mode=0o700, exist_ok=True)
         held = _mtime(os.path.join(self.directory, _RECORDS, "held"))
         self._files.down = down = _Downtime(_last_alive(self._lock.fd), held, self.clock())
+        if ahead := _ahead(down):
+            log.warning("%s %s", self.directory, ahead)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.directory, _JOURNAL))
         self._channels.hold()
@@ -2409,6 +2411,15 @@ def _last_alive(lock: int | str) -> float | None:
     except OSError:
         return None
     return st.st_mtime + 0.001 if st.st_size else None
+
+
+def _ahead(down: _Downtime) -> str | None:
+    """What a last sign of life ahead of the clock means (a clock stepped back, or the lock file was touched)."""
+    if down.alive is None or down.alive <= down.start + _BEAT:
+        return None
+    return (f"was last alive {_duration(down.alive - down.start)} ahead of the clock: what fell due before "
+            f"{datetime.fromtimestamp(down.alive).astimezone().isoformat(timespec='seconds')} counts as done, and "
+            "periodic runs resume after it")
 
 
 def _log_error(event: Event, exc: BaseException) -> None:
@@ -2772,8 +2783,9 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
     out, bad = [], 0
     alive = _last_alive(os.path.join(path, _LOCK))
     # judged as a running harness sees it (its lock file is fresh, or one draft), else as a start-up now would
-    fresh = files and files[0][0] == path or alive is not None and now - alive <= 3 * _BEAT
+    fresh = files and files[0][0] == path or alive is not None and -_BEAT <= now - alive <= 3 * _BEAT
     down = None if fresh else _Downtime(alive, _mtime(os.path.join(path, _RECORDS, "held")), now)
+    out += [f"{path} {ahead}"] if down and (ahead := _ahead(down)) else []
     for file, name in files:
         original = name.removesuffix(".rejected") if file != path else name  # judged again as NAME.json
         ok, said = _check_file(file, original, now, zone, agenda if original == name else [], down)

@@ -2074,6 +2074,16 @@ class WatcherRunTest(unittest.TestCase):
         sim.step(60)
         self.assertEqual(len(sim.run()), 1)
 
+    def test_a_last_sign_of_life_ahead_of_the_clock_is_said_and_what_fell_due_before_it_counts_as_done(self):
+        sim = Sim(self).down_since(T0 + 86400)
+        put(sim.dir, "p.json", every("20s"), mtime=T0 - 5)
+        with self.assertLogs("mom_events", "WARNING") as logs:
+            sim.start()
+        self.assertEqual(logs.output, [f"WARNING:mom_events:{sim.dir} was last alive 1 day ahead of the clock: what "
+                                       f"fell due before {datetime.fromtimestamp(T0 + 86400).astimezone().isoformat()} "
+                                       "counts as done, and periodic runs resume after it"])
+        self.assertEqual(sim.step(), T0 + 86400 + 15)
+
     def test_an_interval_with_an_mtime_ahead_of_the_clock_counts_from_now_across_restarts(self) -> None:
         first = Sim(self).start()
         put(first.dir, "p.json", every("20s"), mtime=T0 + 86400)  # touch -d '+1 day'
@@ -3323,6 +3333,17 @@ class CheckTest(CliCase):
         (self.events / ".mom_events").mkdir()
         self.put(".mom_events/held", "", mtime=now + 1)  # it stopped an hour ago, and let the directory go just now
         self.assertEqual(self.check()[1][0], "hook.json: ok: immediate on channel C1, runs on arrival")
+
+    def test_a_last_sign_of_life_ahead_of_the_clock_is_said_and_judged_as_the_start_up_does(self):
+        now = time.time()
+        self.put("tick.json", {"type": "periodic", "channelId": "C1", "text": "t", "every": "1m"}, mtime=now - 30)
+        self.put(".mom_events.lock", "4242\n", mtime=now + 86400)  # a clock stepped back a day, or a touch
+        status, lines = self.check()
+        self.assertRegex(lines[0], rf"^{self.events} was last alive (1 day|23 hours 59 minutes \d+ seconds) ahead of "
+                                   r"the clock: what fell due before .* counts as done, and periodic runs resume after")
+        self.assertRegex(lines[1], r"^tick\.json: ok: periodic on channel C1, every 1m; next \S+ \(in 1 day "
+                                   r"")  # not "in 30 seconds", as a running harness would run it
+        self.assertEqual((status, lines[-1]), (0, f"checked {self.events}: 1 will run, 0 will not"))
 
     def test_the_agenda_is_the_next_runs_of_all_files_in_time_order(self):
         self.put("a.json", {"type": "periodic", "channelId": "C1", "text": "a" * 80, "every": "2h"})
