@@ -1423,6 +1423,9 @@ def _record_path(directory: str, run_id: str, name: str) -> str:
     return os.path.join(directory, _record_name(run_id, name))
 
 
+# The largest record: an event moved there (1 MiB) and a message that quotes its text, JSON-escaped (\u0001 is six
+# bytes for one), with room for its sessions.
+_RECORD_MOST = 8 * MAX_FILE_BYTES
 _SEPARATOR = b"\n\0"  # begins a record; what stands before it is the event file moved there (JSON holds no NUL)
 
 
@@ -1519,8 +1522,8 @@ def _read_record(path: str, filename: str) -> tuple[Event, _Taking | None, list[
     with open(path, "rb", opener=_open_nonblocking) as record:
         if not stat.S_ISREG(os.fstat(record.fileno()).st_mode):  # a device or FIFO put there: never read
             raise OSError(errno.EINVAL, "not a regular file")
-        data = record.read(4 * MAX_FILE_BYTES + 1)  # an event moved there, and a message that quotes it
-    if len(data) > 4 * MAX_FILE_BYTES:
+        data = record.read(_RECORD_MOST + 1)
+    if len(data) > _RECORD_MOST:
         raise ValueError("larger than a record can be")
     if not data:
         raise _EmptyRecord

@@ -2067,6 +2067,22 @@ class WatcherRunTest(unittest.TestCase):
         self.assertEqual(got, ["b.json"])
         self.assertEqual(len(list((sim.dir / ".mom_events").glob("run.*"))), 1)  # told interrupted at the next start
 
+    def test_the_largest_run_cut_short_is_told_interrupted_whole(self) -> None:
+        def handler(event: Event) -> None:
+            raise KeyboardInterrupt  # its record stays, as if the harness died
+        room = me.MAX_FILE_BYTES - len(json.dumps({**IMMEDIATE, "text": ""}))
+        text = "\U0001f600" * (room // 4)  # the largest file, 4 bytes a character: 12 in the JSON-escaped message
+        sim = Sim(self, handler=handler).start()
+        put(sim.dir, "a-name-of-some-length.json", json.dumps({**IMMEDIATE, "text": text}, ensure_ascii=False), T0 - 1)
+        sim.step()
+        with self.assertLogs("mom_events", "WARNING"):
+            sim.run()
+        sim.watcher.stop(0)
+        again = Sim(self, directory=sim.dir, now=T0 + 10).start()
+        told = again.run()
+        self.assertEqual(len(told), 1)
+        self.assertTrue(told[0].endswith(f"It was: [EVENT:a-name-of-some-length.json:immediate] {text}"))
+
     def test_a_one_shot_with_an_mtime_ahead_of_the_clock_runs_at_its_time(self) -> None:
         sim = Sim(self).start()
         put(sim.dir, "d.json", one_shot(T0 + 60), mtime=T0 + 3600)  # cp -p from a host whose clock is ahead
