@@ -1105,7 +1105,7 @@ class _Job:
     channel: str
     run: Callable[[], None]
     event: Event | None = None
-    notice: bool = False  # a notice waits beside the events: it never takes an event's place, nor is discarded
+    notice: bool = False  # a notice (or a submit()'s message) waits beside the events: never counted nor discarded
 
 
 class _Channels:
@@ -1132,9 +1132,10 @@ class _Channels:
         self.closed = False
 
     def room(self, channel: str) -> bool:
-        """May one more event wait on ``channel`` (fewer than ``max_queued`` do)?"""
+        """May one more event wait on ``channel`` (fewer than ``max_queued`` do)?  Only the scheduler's thread
+        queues events (a submit()'s message is none), so the answer holds until it puts one."""
         with self._lock:
-            return not self.closed and self._events.get(channel, 0) < self.max_queued
+            return self._events.get(channel, 0) < self.max_queued
 
     def put(self, job: _Job, limit: bool = True) -> bool:
         """Queue ``job``; False when ``limit`` and the channel already has ``max_queued`` events waiting (or
@@ -1185,7 +1186,7 @@ class _Channels:
         with self._lock:
             if channel in self._waiting or self.closed:
                 return False
-            self._waiting[channel], self._events[channel] = deque([_Job(channel, fn)]), 1
+            self._waiting[channel], self._events[channel] = deque([_Job(channel, fn, notice=True)]), 0
             self._ready.append(channel)
         self.dispatch()
         return True
@@ -1838,8 +1839,9 @@ class _Notices:
     def queue(self, notice: Event, run_id: str, begin: Callable[[], Event] | None = None) -> None:
         """Queue a notice whose record is written; it waits beside the events, and is never discarded."""
         run = lambda: self.runner.tell_notice(begin() if begin else notice, run_id)
-        self.history.record("queued", notice, None if notice.due is None else notice.due.timestamp())
-        self.channels.put(_Job(notice.channel_id, run, notice, notice=True))
+        if not self.channels.closed:  # else its record stays, and the next start tells it
+            self.history.record("queued", notice, None if notice.due is None else notice.due.timestamp())
+            self.channels.put(_Job(notice.channel_id, run, notice, notice=True))
 
     def recover(self) -> None:
         """What a dead harness left: each run's processes stopped and its record told ``interrupted``, the
@@ -2004,10 +2006,13 @@ class _Files:
             self.history.record("coalesced", event, due, "its previous occurrence is still waiting")
             return
         run, limit = (lambda: self.runner.run(event, due, shown, sig, last)), self.down is None
+        if channels.closed:  # stop() from another thread during a step(): the file stays, for the next start
+            return
         if not limit or channels.room(event.channel_id):  # said before it can start, outside the queues' lock
             self.history.record("queued", event, due)
-            if channels.put(_Job(event.channel_id, run, event), limit):  # only a submit() can have filled it
-                return
+            if not channels.put(_Job(event.channel_id, run, event), limit):  # closed meanwhile
+                self.history.record("cancelled", event, due, "the harness stopped before it ran")
+            return
         reason = f"its channel {event.channel_id} already has {channels.max_queued} events waiting"
         if last:  # an immediate's or one-shot's file goes, as a periodic's after its last run
             self._drop(file, "discarded", reason, event, due, notice=("discarded", ""))

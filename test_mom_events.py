@@ -1590,7 +1590,7 @@ class ChannelsModelTest(unittest.TestCase):
                     ok = channels.submit(channel, lambda label=label: ran.append(label))
                     self.assertEqual(ok, channel not in model)
                     if ok:
-                        model[channel] = [(label, None, False)]
+                        model[channel] = [(label, None, True)]  # a user's message: not counted, as a notice
                 elif op < 0.8:
                     name = rng.choice("ab") + ".json"
                     taken = channels.withdraw(channel, name)
@@ -1636,6 +1636,14 @@ class ChannelsModelTest(unittest.TestCase):
             channels.dispatch()
         self.assertEqual(len(tries), 2)
         self.assertEqual(logs.output, ["ERROR:mom_events:cannot start a worker: can't start new thread"] * 2)
+
+    def test_a_users_message_takes_no_events_place(self) -> None:
+        channels = Channels(1, lambda work: None, 0)  # no worker starts: every job waits
+        self.assertTrue(channels.room("C1"))
+        self.assertTrue(channels.submit("C1", lambda: None))  # as between the scheduler's room() and its put()
+        self.assertTrue(channels.room("C1"))
+        self.assertTrue(channels.put(Job("C1", lambda: None, Event("a.json", "immediate", "C1", "t"))))
+        self.assertFalse(channels.room("C1"))
 
     def test_wait_returns_the_channels_still_running_and_not_the_callers_own(self) -> None:
         channels = Channels(5, lambda work: threading.Thread(target=work, daemon=True).start(), 0.1)
@@ -2066,6 +2074,17 @@ class WatcherRunTest(unittest.TestCase):
         self.assertIn("a.json: cut short (KeyboardInterrupt", logs.output[0])
         self.assertEqual(got, ["b.json"])
         self.assertEqual(len(list((sim.dir / ".mom_events").glob("run.*"))), 1)  # told interrupted at the next start
+
+    def test_a_stop_from_another_thread_during_a_step_leaves_the_files_it_had_not_queued(self) -> None:
+        sim = Sim(self).start()
+        for name in ("a.json", "b.json", "c.json"):
+            put(sim.dir, name, IMMEDIATE, mtime=T0 - 1)
+        channels = sim.watcher._channels  # noqa: SLF001 (where a step is when stop() comes)
+        with mock.patch.object(channels, "room", lambda channel, room=channels.room: not sim.watcher.stop(0)
+                               and room(channel)):
+            sim.step()
+        self.assertEqual(sim.files(), ["a.json", "b.json", "c.json"])  # none deleted as "discarded"
+        self.assertEqual([sim.outcomes(name) for name in sim.files()], [["queued", "cancelled"], [], []])
 
     def test_the_largest_run_cut_short_is_told_interrupted_whole(self) -> None:
         def handler(event: Event) -> None:
