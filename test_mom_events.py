@@ -3628,3 +3628,159 @@ class CheckTest(CliCase):
         result = self.run_cli(self.events, "--check")
         self.assertEqual((result.returncode, result.stdout.count("\n")), (0, 2))
         self.assertIsNone(cli.proc.poll())
+
+
+class RunsStrengthTest(unittest.TestCase):
+    """What mutation testing of the files-and-runs part and the watcher found untested (issue 44): each test
+    kills mutants that survived the suite, through the watcher on simulated time where it can."""
+
+    def history(self, sim: Sim) -> list[dict]:
+        return [json.loads(line) for line in (sim.dir / ".history.jsonl").read_text().splitlines()]
+
+    def records(self, directory: Path) -> list[str]:
+        return sorted(p.name for p in (directory / ".mom_events").glob("run.*"))
+
+    def tagged_sleep(self, run_id: str) -> subprocess.Popen:
+        proc = subprocess.Popen(["sleep", "60"], env={**os.environ, "MOM_EVENT_RUN": run_id})
+        self.addCleanup(proc.wait)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        wait_until(lambda: f"MOM_EVENT_RUN={run_id}".encode() in Path(f"/proc/{proc.pid}/environ").read_bytes())
+        return proc
+
+    def test_a_dead_harness_s_run_and_notice_processes_are_stopped_by_their_tag_alone(self) -> None:
+        d, run, notice = temp_dir(self), f"r{uuid.uuid4().hex}", f"n{uuid.uuid4().hex}"
+        (d / ".mom_events").mkdir()
+        procs = [self.tagged_sleep(run), self.tagged_sleep(run), self.tagged_sleep(notice)]
+        me._write_record(str(d), run, Event("a.json", "run", "C1", "[EVENT:a.json:immediate] hi"), None)
+        me._write_record(str(d), notice, Event("b.json", "rejected", "C1", "fix it"), None)
+        sim = Sim(self, directory=d).start()
+        self.assertEqual([proc.wait(10) for proc in procs], [-signal.SIGTERM] * 3)  # no session noted: the tag
+        self.assertEqual(sorted(sim.run()), [
+            "[EVENT:a.json:interrupted] This run was cut short (the harness stopped or died while it ran), so its "
+            "outcome is unknown. 2 processes it left running were stopped. It was: [EVENT:a.json:immediate] hi",
+            "[EVENT:b.json:rejected] fix it"])
+        self.assertEqual(self.records(d), [])
+
+    def test_without_notify_a_dead_harness_s_notice_is_dropped_with_its_record(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events").mkdir()
+        me._write_record(str(d), "n1", Event("b.json", "rejected", "C1", "fix it"), None)
+        sim = Sim(self, directory=d, notify=False).start()
+        self.assertEqual(sim.run(), [])
+        self.assertEqual(self.records(d), [])
+
+    def test_a_record_that_is_only_the_moved_event_file_is_told_interrupted(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events").mkdir()
+        put(d / ".mom_events", "run.r1.a.json", IMMEDIATE)  # the harness died before it appended the record
+        sim = Sim(self, directory=d).start()
+        self.assertEqual(sim.run(), ["[EVENT:a.json:interrupted] This run was cut short (the harness stopped or died "
+                                     "while it ran), so its outcome is unknown. It was: [EVENT:a.json:immediate] ping"])
+
+    def test_a_record_whose_bytes_are_not_utf8_is_set_aside_and_one_being_replaced_is_removed(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events").mkdir()
+        (d / ".mom_events" / "run.r2.b.json").write_bytes(b"\n\0\xff{\n")
+        me._write_record(str(d), "r3", Event("c.json", "rejected", "C1", "fix it"), None)
+        shutil.copy(d / ".mom_events" / "run.r3.c.json", d / ".mom_events" / "run.r3.c.json.new")
+        with self.assertLogs("mom_events", "WARNING"):
+            sim = Sim(self, directory=d).start()
+        self.assertEqual(sim.run(), ["[EVENT:c.json:rejected] fix it"])  # once: the .new was being written
+        self.assertEqual(sorted(p.name for p in (d / ".mom_events").iterdir()), ["unread.run.r2.b.json"])
+
+    def test_an_immediate_with_another_link_runs_once_and_only_its_name_goes(self) -> None:
+        sim, elsewhere = Sim(self).start(), temp_dir(self)
+        os.link(put(sim.dir, "a.json", IMMEDIATE), elsewhere / "keep.json")
+        sim.step()
+        self.assertEqual(sim.run(), ["[EVENT:a.json:immediate] ping"])
+        self.assertEqual((sim.files(), sim.outcomes("a.json")), ([], ["queued", "started", "done"]))
+        self.assertTrue((elsewhere / "keep.json").exists())
+        self.assertEqual(self.records(sim.dir), [])
+
+    def test_a_failed_run_is_recorded_with_its_exception_and_the_handler_gets_the_run_s_id(self) -> None:
+        got: list[Event] = []
+
+        def handler(event: Event) -> None:
+            got.append(event)
+            raise ValueError("boom")
+        sim = Sim(self, handler=handler).start()
+        put(sim.dir, "a.json", IMMEDIATE)
+        sim.step()
+        sim.run()
+        self.assertRegex(got[0].run_id or "", r"^[0-9a-f]{13,}$")
+        self.assertEqual([(r["outcome"], r["detail"]) for r in self.history(sim)][-1], ("failed", "ValueError: boom"))
+
+    def test_a_periodic_s_last_run_deletes_its_file(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "p.json", every("10s", until=iso(T0 + 15)), mtime=T0 - 0.5)
+        self.assertEqual(sim.step(), T0 + 9)
+        sim.step(9)
+        self.assertEqual(len(sim.run()), 1)
+        self.assertEqual((sim.files(), sim.outcomes("p.json")), ([], ["queued", "started", "done"]))
+
+    def test_a_periodic_occurrence_a_full_queue_discards_is_recorded_and_told_with_its_due_time(self) -> None:
+        sim = Sim(self, max_queued=1).start()
+        put(sim.dir, "a.json", IMMEDIATE)  # it waits for its worker: the queue is full
+        put(sim.dir, "p.json", every("10s"), mtime=T0 - 0.5)
+        sim.step()
+        with self.assertLogs("mom_events", "WARNING"):
+            sim.step(9)
+        discarded = [(r["outcome"], r["dueAt"], r["detail"]) for r in self.history(sim) if r["type"] == "periodic"]
+        self.assertEqual(discarded, [("discarded", iso(T0 + 9), "its channel C1 already has 1 events waiting")])
+        sim.run()
+        notice = sim.got[-1]
+        self.assertEqual((notice.type, notice.due), ("discarded", datetime.fromtimestamp(T0 + 9, UTC)))
+        self.assertEqual(notice.text, "1 event did not run: the channel already had 1 events waiting, so it was "
+                                      "discarded. It was:\n- p.json: tick")
+        self.assertEqual(sim.files(), ["p.json"])
+
+    def test_a_rejected_file_is_recorded_invalid_with_its_reason_and_its_notice_not_cancelled_by_stop(self) -> None:
+        started, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+        sim = Sim(self, spawn=None, handler=lambda event: (started.set(), release.wait(10))).start()
+        put(sim.dir, "a.json", IMMEDIATE)
+        sim.step()
+        self.assertTrue(started.wait(10))  # a.json runs on a worker thread: the notice waits behind it
+        put(sim.dir, "d.json", one_shot(T0 - 90), mtime=T0 - 10)
+        sim.step()
+        (outcome, detail), = [(r["outcome"], r["detail"]) for r in self.history(sim) if r["type"] == "one-shot"]
+        self.assertEqual(outcome, "invalid")
+        self.assertTrue(detail.startswith('"at" '), detail)
+        before = set(threading.enumerate())
+        self.assertEqual(sim.watcher.stop(0), ["C1"])
+        lingering = set(threading.enumerate()) - before  # lets the lock go once a.json's run ends
+        self.assertTrue(lingering and all(thread.daemon for thread in lingering), lingering)
+        self.assertEqual([r["filename"] for r in self.history(sim) if r["outcome"] == "cancelled"], [])
+        release.set()
+        for thread in lingering:
+            thread.join(10)
+        self.assertEqual([name.rsplit(".", 2)[1:] for name in self.records(sim.dir)], [["d", "json"]])  # told next
+
+    def test_a_bad_file_without_a_channel_is_rejected_after_its_retries(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "x.json", "not json at all")
+        sim.step()
+        for _ in range(4):
+            sim.step(0.5)
+        self.assertEqual(sim.files(), ["x.json.rejected"])
+        self.assertEqual([(r["outcome"], r["type"]) for r in self.history(sim)], [("invalid", "unknown")])
+        self.assertEqual(sim.run(), [])  # no channel to tell it on
+
+    def test_the_misfire_grace_runs_a_one_shot_missed_by_less_late(self) -> None:
+        sim = Sim(self, misfire_grace=120).down_since(T0 - 600)
+        put(sim.dir, "grace.json", one_shot(T0 - 100), mtime=T0 - 900)
+        sim.start()
+        self.assertEqual(sim.run(), ["[EVENT:grace.json:one-shot:2030-01-07T08:58:20+00:00] (due 2030-01-07T08:58:20"
+                                     "+00:00, late by 1 minute 40 seconds) remind"])
+        self.assertEqual(sim.outcomes("grace.json"), ["queued", "started", "done"])
+
+    def test_a_skipped_notice_carries_its_due_time_and_its_record_goes_once_told(self) -> None:
+        sim = Sim(self).down_since(T0 - 7200)
+        put(sim.dir, "p.json", every("1h", start=iso(T0 - 7200 - 1800), catchUp="10m"), mtime=T0 - 9999)
+        sim.start()
+        self.assertEqual(len(self.records(sim.dir)), 1)
+        sim.run()
+        notice, = sim.got
+        self.assertEqual((notice.type, notice.due), ("skipped", datetime.fromtimestamp(T0 - 1800, UTC)))
+        self.assertTrue(notice.run_id)
+        self.assertEqual(self.records(sim.dir), [])
