@@ -3784,3 +3784,137 @@ class RunsStrengthTest(unittest.TestCase):
         self.assertEqual((notice.type, notice.due), ("skipped", datetime.fromtimestamp(T0 - 1800, UTC)))
         self.assertTrue(notice.run_id)
         self.assertEqual(self.records(sim.dir), [])
+
+    def rewritten_on_take(self, take: int, content: object) -> None:
+        """The ``take``-th file the watcher takes is written anew just before it is taken (after it was judged)."""
+        real, calls = me._remove_judged, itertools.count(1)
+
+        def take_file(directory: str, name: str, *args: object) -> bool:
+            if next(calls) == take:
+                put(Path(directory), name, content)
+            return real(directory, name, *args)
+        patch = mock.patch.object(me, "_remove_judged", take_file)
+        patch.start()
+        self.addCleanup(patch.stop)
+
+    def test_a_stale_file_written_anew_as_it_is_taken_leaves_the_gathered_notice(self) -> None:
+        real = time.time()  # an immediate is judged by when it entered the directory, its ctime: real time
+        sim = Sim(self, now=real + 300).down_since(real - 600)
+        put(sim.dir, "a.json", IMMEDIATE)
+        put(sim.dir, "b.json", IMMEDIATE)
+        self.rewritten_on_take(2, {**IMMEDIATE, "text": "written anew, and longer"})
+        sim.start()
+        self.assertEqual(len(self.records(sim.dir)), 1)  # the notice's, rewritten without the file that stayed
+        sim.run()
+        notice, = sim.got
+        first = notice.filename
+        self.assertTrue(notice.text.startswith("1 event did not run: it was written while no harness was running"))
+        self.assertTrue(notice.text.endswith(f"It was:\n- {first}: ping"), notice.text)
+        self.assertEqual(sim.files(), [{"a.json": "b.json", "b.json": "a.json"}[first]])
+
+    def test_a_rejected_file_written_anew_as_it_is_taken_is_not_told_and_its_record_goes(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "d.json", one_shot(T0 - 90), mtime=T0 - 10)
+        self.rewritten_on_take(1, one_shot(T0 + 600, "fixed, and longer"))
+        sim.step()
+        self.assertEqual(self.records(sim.dir), [])
+        self.assertEqual((sim.run(), sim.files()), ([], ["d.json"]))
+
+    def test_a_harness_that_dies_as_it_takes_a_stale_file_leaves_a_record_that_takes_it(self) -> None:
+        real = time.time()
+        first = Sim(self, now=real + 300).down_since(real - 600)
+        put(first.dir, "a.json", IMMEDIATE)
+        with mock.patch.object(me, "_remove_judged", side_effect=SystemExit("killed")), self.assertRaises(SystemExit):
+            first.start()
+        self.assertEqual(first.files(), ["a.json"])
+        second = Sim(self, directory=first.dir, now=real + 300).start()
+        told = second.run()
+        self.assertEqual(len(told), 1, told)  # by the record, which took the file: not judged stale again
+        self.assertTrue(told[0].startswith("[EVENT:a.json:stale] 1 event did not run"), told)
+        self.assertEqual(second.files(), [])
+
+    def test_the_records_directory_is_private_and_made_so_again_in_a_directory_made_anew(self) -> None:
+        self.addCleanup(os.umask, os.umask(0o022))
+        sim = Sim(self).start()
+        self.assertEqual(stat.S_IMODE((sim.dir / ".mom_events").stat().st_mode), 0o700)
+        shutil.rmtree(sim.dir)
+        sim.step(1.5)
+        sim.dir.mkdir()
+        with self.assertLogs("mom_events", "WARNING"):
+            sim.step(1.5)
+        self.assertEqual(stat.S_IMODE((sim.dir / ".mom_events").stat().st_mode), 0o700)
+
+    def test_a_step_before_start_does_nothing(self) -> None:
+        d, workers = temp_dir(self), []
+        put(d, "a.json", IMMEDIATE)
+        watcher = me.EventsWatcher(d, print, clock=lambda: T0, spawn=workers.append)
+        self.assertIsNone(watcher.step())
+        self.assertEqual((workers, sorted(p.name for p in d.iterdir())), ([], ["a.json"]))
+
+    def test_the_held_time_a_stop_notes_is_on_the_watcher_s_clock(self) -> None:
+        sim = Sim(self).start()
+        sim.step(30)
+        sim.watcher.stop(0)
+        self.assertEqual((sim.dir / ".mom_events" / "held").stat().st_mtime, T0 + 30)
+
+    def test_the_watchdog_is_told_once_a_beat(self) -> None:
+        d = temp_dir(self)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(d / "notify"))
+        self.addCleanup(sock.close)
+        with mock.patch.dict(os.environ, {"NOTIFY_SOCKET": str(d / "notify"), "WATCHDOG_PID": str(os.getpid())}):
+            sim = Sim(self, directory=d / "events", systemd=True).start()
+            for dt in (0, 0, 0.5, 0.5, 0):
+                sim.step(dt)
+        sock.setblocking(False)
+        said = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                said.append(sock.recv(100).decode())
+        self.assertEqual(said.count("WATCHDOG=1"), 2, said)  # at T0 and at T0 + 1
+
+    def test_async_with_runs_a_coroutine_handler_on_the_caller_s_loop(self) -> None:
+        d = temp_dir(self)
+
+        async def main() -> list[str]:
+            got: list[str] = []
+
+            async def handler(event: Event) -> None:
+                got.append(event.message)
+            async with me.EventsWatcher(d, handler, poll_interval=0.01):
+                put(d, "a.json", IMMEDIATE)
+                for _ in range(500):
+                    if got:
+                        break
+                    await asyncio.sleep(0.01)
+            return got
+        self.assertEqual(asyncio.run(main()), ["[EVENT:a.json:immediate] ping"])
+
+    def test_a_command_s_session_is_noted_in_its_run_s_record_and_never_makes_one(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events").mkdir()
+        me._write_record(str(d), "r1", Event("a.json", "run", "C1", "hi"), None)
+        me._note_session(str(d), "r1", "a.json", 4242, 99)
+        me._note_session(str(d), "r2", "b.json", 4243, 99)  # a run with no record (a function given to submit())
+        self.assertEqual(self.records(d), ["run.r1.a.json"])
+        self.assertTrue((d / ".mom_events" / "run.r1.a.json").read_bytes().endswith(b"\n4242 99\n"))
+
+    def test_a_missed_one_shot_is_recorded_and_told_with_its_due_time(self) -> None:
+        sim = Sim(self).down_since(T0 - 600)
+        put(sim.dir, "d.json", one_shot(T0 - 300), mtime=T0 - 900)
+        sim.start()
+        sim.run()
+        self.assertEqual([(r["outcome"], r["dueAt"]) for r in self.history(sim) if r["type"] == "one-shot"],
+                         [("missed", iso(T0 - 300))])
+        self.assertEqual(sim.got[0].due, datetime.fromtimestamp(T0 - 300, UTC))
+
+    def test_a_worker_lingers_for_the_next_run(self) -> None:
+        threads: list[threading.Thread] = []
+        watcher = me.EventsWatcher(temp_dir(self), lambda event: threads.append(threading.current_thread()),
+                                   poll_interval=0.01)
+        watcher.start()
+        self.addCleanup(watcher.stop)
+        for n in (1, 2):
+            put(Path(watcher.directory), f"{n}.json", IMMEDIATE)
+            wait_until(lambda: len(threads) == n)
+        self.assertIs(threads[0], threads[1])  # a burst of short runs needs few threads
