@@ -3918,3 +3918,35 @@ class RunsStrengthTest(unittest.TestCase):
             put(Path(watcher.directory), f"{n}.json", IMMEDIATE)
             wait_until(lambda: len(threads) == n)
         self.assertIs(threads[0], threads[1])  # a burst of short runs needs few threads
+
+    def test_a_file_written_as_it_is_read_is_judged_from_its_next_read_only(self) -> None:
+        sim = Sim(self).start()
+        path = put(sim.dir, "a.json", IMMEDIATE)
+        time.sleep(0.05)  # the write below sets another ctime, even on a coarse clock
+        real_open, writes = open, [{**IMMEDIATE, "text": "pong, the whole of it"}]
+
+        class Written:  # the file being read, as a writer rewrites it meanwhile
+            def __init__(self, handle: io.BufferedReader) -> None:
+                self.handle = handle
+
+            def __enter__(self) -> Written:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.handle.close()
+
+            def read(self, size: int) -> bytes:
+                data = self.handle.read(size)
+                if writes:
+                    put(sim.dir, "a.json", writes.pop())
+                return data
+
+        def opening(file: object, *args: object, **kwargs: object) -> object:
+            handle = real_open(file, *args, **kwargs)
+            return Written(handle) if isinstance(file, int) else handle
+        with mock.patch.object(me, "open", opening, create=True):
+            sim.step()
+            sim.step(0.1)
+        self.assertEqual(sim.run(), ["[EVENT:a.json:immediate] pong, the whole of it"])
+        self.assertEqual(sim.outcomes("a.json"), ["queued", "started", "done"])  # never queued with "ping"
+        self.assertFalse(path.exists())
