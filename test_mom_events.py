@@ -3874,21 +3874,21 @@ class RunsStrengthTest(unittest.TestCase):
         self.assertEqual(said.count("WATCHDOG=1"), 2, said)  # at T0 and at T0 + 1
 
     def test_async_with_runs_a_coroutine_handler_on_the_caller_s_loop(self) -> None:
-        d = temp_dir(self)
+        d, history = temp_dir(self), temp_dir(self) / "history.jsonl"
 
         async def main() -> list[str]:
             got: list[str] = []
 
             async def handler(event: Event) -> None:
                 got.append(event.message)
-            async with me.EventsWatcher(d, handler, poll_interval=0.01):
+            async with me.EventsWatcher(d, handler, poll_interval=0.01, history=history):
                 put(d, "a.json", IMMEDIATE)
-                for _ in range(500):
-                    if got:
-                        break
+                deadline = time.monotonic() + 20
+                while not got and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
             return got
-        self.assertEqual(asyncio.run(main()), ["[EVENT:a.json:immediate] ping"])
+        told = asyncio.run(main())
+        self.assertEqual(told, ["[EVENT:a.json:immediate] ping"], history.exists() and history.read_text())
 
     def test_a_command_s_session_is_noted_in_its_run_s_record_and_never_makes_one(self) -> None:
         d = temp_dir(self)
