@@ -2633,6 +2633,328 @@ class CrashTest(CliCase):
         self.assertEqual(self.commands(), [])
 
 
+class RunsStrengthTest(unittest.TestCase):
+    """What mutation testing of the files-and-runs part and the watcher found untested (issue 44): each test
+    kills mutants that survived the suite, through the watcher on simulated time where it can."""
+
+    def history(self, sim: Sim) -> list[dict]:
+        return [json.loads(line) for line in (sim.dir / ".history.jsonl").read_text().splitlines()]
+
+    def records(self, directory: Path) -> list[str]:
+        return sorted(p.name for p in (directory / ".mom_events").glob("run.*"))
+
+    def tagged_sleep(self, run_id: str) -> subprocess.Popen:
+        proc = subprocess.Popen(["sleep", "60"], env={**os.environ, "MOM_EVENT_RUN": run_id})
+        self.addCleanup(proc.wait)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        wait_until(lambda: f"MOM_EVENT_RUN={run_id}".encode() in Path(f"/proc/{proc.pid}/environ").read_bytes())
+        return proc
+
+    def test_a_dead_harness_s_run_and_notice_processes_are_stopped_by_their_tag_alone(self) -> None:
+        d, run, notice = temp_dir(self), f"r{uuid.uuid4().hex}", f"n{uuid.uuid4().hex}"
+        (d / ".mom_events").mkdir()
+        procs = [self.tagged_sleep(run), self.tagged_sleep(run), self.tagged_sleep(notice)]
+        me._write_record(str(d), run, Event("a.json", "run", "C1", "[EVENT:a.json:immediate] hi"), None)
+        me._write_record(str(d), notice, Event("b.json", "rejected", "C1", "fix it"), None)
+        sim = Sim(self, directory=d).start()
+        self.assertEqual([proc.wait(10) for proc in procs], [-signal.SIGTERM] * 3)  # no session noted: the tag
+        self.assertEqual(sorted(sim.run()), [
+            "[EVENT:a.json:interrupted] This run was cut short (the harness stopped or died while it ran), so its "
+            "outcome is unknown. 2 processes it left running were stopped. It was: [EVENT:a.json:immediate] hi",
+            "[EVENT:b.json:rejected] fix it"])
+        self.assertEqual(self.records(d), [])
+
+    def test_without_notify_a_dead_harness_s_notice_is_dropped_with_its_record(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events").mkdir()
+        me._write_record(str(d), "n1", Event("b.json", "rejected", "C1", "fix it"), None)
+        sim = Sim(self, directory=d, notify=False).start()
+        self.assertEqual(sim.run(), [])
+        self.assertEqual(self.records(d), [])
+
+    def test_a_record_that_is_only_the_moved_event_file_is_told_interrupted(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events").mkdir()
+        put(d / ".mom_events", "run.r1.a.json", IMMEDIATE)  # the harness died before it appended the record
+        sim = Sim(self, directory=d).start()
+        self.assertEqual(sim.run(), ["[EVENT:a.json:interrupted] This run was cut short (the harness stopped or died "
+                                     "while it ran), so its outcome is unknown. It was: [EVENT:a.json:immediate] ping"])
+
+    def test_a_record_whose_bytes_are_not_utf8_is_set_aside_and_one_being_replaced_is_removed(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events").mkdir()
+        (d / ".mom_events" / "run.r2.b.json").write_bytes(b"\n\0\xff{\n")
+        me._write_record(str(d), "r3", Event("c.json", "rejected", "C1", "fix it"), None)
+        shutil.copy(d / ".mom_events" / "run.r3.c.json", d / ".mom_events" / "run.r3.c.json.new")
+        with self.assertLogs("mom_events", "WARNING"):
+            sim = Sim(self, directory=d).start()
+        self.assertEqual(sim.run(), ["[EVENT:c.json:rejected] fix it"])  # once: the .new was being written
+        self.assertEqual(sorted(p.name for p in (d / ".mom_events").iterdir()), ["unread.run.r2.b.json"])
+
+    def test_an_immediate_with_another_link_runs_once_and_only_its_name_goes(self) -> None:
+        sim, elsewhere = Sim(self).start(), temp_dir(self)
+        os.link(put(sim.dir, "a.json", IMMEDIATE), elsewhere / "keep.json")
+        sim.step()
+        self.assertEqual(sim.run(), ["[EVENT:a.json:immediate] ping"])
+        self.assertEqual((sim.files(), sim.outcomes("a.json")), ([], ["queued", "started", "done"]))
+        self.assertTrue((elsewhere / "keep.json").exists())
+        self.assertEqual(self.records(sim.dir), [])
+
+    def test_a_failed_run_is_recorded_with_its_exception_and_the_handler_gets_the_run_s_id(self) -> None:
+        got: list[Event] = []
+
+        def handler(event: Event) -> None:
+            got.append(event)
+            raise ValueError("boom")
+        sim = Sim(self, handler=handler).start()
+        put(sim.dir, "a.json", IMMEDIATE)
+        sim.step()
+        sim.run()
+        self.assertRegex(got[0].run_id or "", r"^[0-9a-f]{13,}$")
+        self.assertEqual([(r["outcome"], r["detail"]) for r in self.history(sim)][-1], ("failed", "ValueError: boom"))
+
+    def test_a_periodic_s_last_run_deletes_its_file(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "p.json", every("10s", until=iso(T0 + 15)), mtime=T0 - 0.5)
+        self.assertEqual(sim.step(), T0 + 9)
+        sim.step(9)
+        self.assertEqual(len(sim.run()), 1)
+        self.assertEqual((sim.files(), sim.outcomes("p.json")), ([], ["queued", "started", "done"]))
+
+    def test_a_periodic_occurrence_a_full_queue_discards_is_recorded_and_told_with_its_due_time(self) -> None:
+        sim = Sim(self, max_queued=1).start()
+        put(sim.dir, "a.json", IMMEDIATE)  # it waits for its worker: the queue is full
+        put(sim.dir, "p.json", every("10s"), mtime=T0 - 0.5)
+        sim.step()
+        with self.assertLogs("mom_events", "WARNING"):
+            sim.step(9)
+        discarded = [(r["outcome"], r["dueAt"], r["detail"]) for r in self.history(sim) if r["type"] == "periodic"]
+        self.assertEqual(discarded, [("discarded", iso(T0 + 9), "its channel C1 already has 1 events waiting")])
+        sim.run()
+        notice = sim.got[-1]
+        self.assertEqual((notice.type, notice.due), ("discarded", datetime.fromtimestamp(T0 + 9, UTC)))
+        self.assertEqual(notice.text, "1 event did not run: the channel already had 1 events waiting, so it was "
+                                      "discarded. It was:\n- p.json: tick")
+        self.assertEqual(sim.files(), ["p.json"])
+
+    def test_a_rejected_file_is_recorded_invalid_with_its_reason_and_its_notice_not_cancelled_by_stop(self) -> None:
+        started, release = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+        sim = Sim(self, spawn=None, handler=lambda event: (started.set(), release.wait(10))).start()
+        put(sim.dir, "a.json", IMMEDIATE)
+        sim.step()
+        self.assertTrue(started.wait(10))  # a.json runs on a worker thread: the notice waits behind it
+        put(sim.dir, "d.json", one_shot(T0 - 90), mtime=T0 - 10)
+        sim.step()
+        (outcome, detail), = [(r["outcome"], r["detail"]) for r in self.history(sim) if r["type"] == "one-shot"]
+        self.assertEqual(outcome, "invalid")
+        self.assertTrue(detail.startswith('"at" '), detail)
+        before = set(threading.enumerate())
+        self.assertEqual(sim.watcher.stop(0), ["C1"])
+        lingering = set(threading.enumerate()) - before  # lets the lock go once a.json's run ends
+        self.assertTrue(lingering and all(thread.daemon for thread in lingering), lingering)
+        self.assertEqual([r["filename"] for r in self.history(sim) if r["outcome"] == "cancelled"], [])
+        release.set()
+        for thread in lingering:
+            thread.join(10)
+        self.assertEqual([name.rsplit(".", 2)[1:] for name in self.records(sim.dir)], [["d", "json"]])  # told next
+
+    def test_a_bad_file_without_a_channel_is_rejected_after_its_retries(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "x.json", "not json at all")
+        sim.step()
+        for _ in range(4):
+            sim.step(0.5)
+        self.assertEqual(sim.files(), ["x.json.rejected"])
+        self.assertEqual([(r["outcome"], r["type"]) for r in self.history(sim)], [("invalid", "unknown")])
+        self.assertEqual(sim.run(), [])  # no channel to tell it on
+
+    def test_the_misfire_grace_runs_a_one_shot_missed_by_less_late(self) -> None:
+        sim = Sim(self, misfire_grace=120).down_since(T0 - 600)
+        put(sim.dir, "grace.json", one_shot(T0 - 100), mtime=T0 - 900)
+        sim.start()
+        self.assertEqual(sim.run(), ["[EVENT:grace.json:one-shot:2030-01-07T08:58:20+00:00] (due 2030-01-07T08:58:20"
+                                     "+00:00, late by 1 minute 40 seconds) remind"])
+        self.assertEqual(sim.outcomes("grace.json"), ["queued", "started", "done"])
+
+    def test_a_skipped_notice_carries_its_due_time_and_its_record_goes_once_told(self) -> None:
+        sim = Sim(self).down_since(T0 - 7200)
+        put(sim.dir, "p.json", every("1h", start=iso(T0 - 7200 - 1800), catchUp="10m"), mtime=T0 - 9999)
+        sim.start()
+        self.assertEqual(len(self.records(sim.dir)), 1)
+        sim.run()
+        notice, = sim.got
+        self.assertEqual((notice.type, notice.due), ("skipped", datetime.fromtimestamp(T0 - 1800, UTC)))
+        self.assertTrue(notice.run_id)
+        self.assertEqual(self.records(sim.dir), [])
+
+    def rewritten_on_take(self, take: int, content: object) -> None:
+        """The ``take``-th file the watcher takes is written anew just before it is taken (after it was judged)."""
+        real, calls = me._remove_judged, itertools.count(1)
+
+        def take_file(directory: str, name: str, *args: object) -> bool:
+            if next(calls) == take:
+                put(Path(directory), name, content)
+            return real(directory, name, *args)
+        patch = mock.patch.object(me, "_remove_judged", take_file)
+        patch.start()
+        self.addCleanup(patch.stop)
+
+    def test_a_stale_file_written_anew_as_it_is_taken_leaves_the_gathered_notice(self) -> None:
+        real = time.time()  # an immediate is judged by when it entered the directory, its ctime: real time
+        sim = Sim(self, now=real + 300).down_since(real - 600)
+        put(sim.dir, "a.json", IMMEDIATE)
+        put(sim.dir, "b.json", IMMEDIATE)
+        self.rewritten_on_take(2, {**IMMEDIATE, "text": "written anew, and longer"})
+        sim.start()
+        self.assertEqual(len(self.records(sim.dir)), 1)  # the notice's, rewritten without the file that stayed
+        sim.run()
+        notice, = sim.got
+        first = notice.filename
+        self.assertTrue(notice.text.startswith("1 event did not run: it was written while no harness was running"))
+        self.assertTrue(notice.text.endswith(f"It was:\n- {first}: ping"), notice.text)
+        self.assertEqual(sim.files(), [{"a.json": "b.json", "b.json": "a.json"}[first]])
+
+    def test_a_rejected_file_written_anew_as_it_is_taken_is_not_told_and_its_record_goes(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "d.json", one_shot(T0 - 90), mtime=T0 - 10)
+        self.rewritten_on_take(1, one_shot(T0 + 600, "fixed, and longer"))
+        sim.step()
+        self.assertEqual(self.records(sim.dir), [])
+        self.assertEqual((sim.run(), sim.files()), ([], ["d.json"]))
+
+    def test_a_harness_that_dies_as_it_takes_a_stale_file_leaves_a_record_that_takes_it(self) -> None:
+        real = time.time()
+        first = Sim(self, now=real + 300).down_since(real - 600)
+        put(first.dir, "a.json", IMMEDIATE)
+        with mock.patch.object(me, "_remove_judged", side_effect=SystemExit("killed")), self.assertRaises(SystemExit):
+            first.start()
+        self.assertEqual(first.files(), ["a.json"])
+        second = Sim(self, directory=first.dir, now=real + 300).start()
+        told = second.run()
+        self.assertEqual(len(told), 1, told)  # by the record, which took the file: not judged stale again
+        self.assertTrue(told[0].startswith("[EVENT:a.json:stale] 1 event did not run"), told)
+        self.assertEqual(second.files(), [])
+
+    def test_the_records_directory_is_private_and_made_so_again_in_a_directory_made_anew(self) -> None:
+        self.addCleanup(os.umask, os.umask(0o022))
+        sim = Sim(self).start()
+        self.assertEqual(stat.S_IMODE((sim.dir / ".mom_events").stat().st_mode), 0o700)
+        shutil.rmtree(sim.dir)
+        sim.step(1.5)
+        sim.dir.mkdir()
+        with self.assertLogs("mom_events", "WARNING"):
+            sim.step(1.5)
+        self.assertEqual(stat.S_IMODE((sim.dir / ".mom_events").stat().st_mode), 0o700)
+
+    def test_a_step_before_start_does_nothing(self) -> None:
+        d, workers = temp_dir(self), []
+        put(d, "a.json", IMMEDIATE)
+        watcher = me.EventsWatcher(d, print, clock=lambda: T0, spawn=workers.append)
+        self.assertIsNone(watcher.step())
+        self.assertEqual((workers, sorted(p.name for p in d.iterdir())), ([], ["a.json"]))
+
+    def test_the_held_time_a_stop_notes_is_on_the_watcher_s_clock(self) -> None:
+        sim = Sim(self).start()
+        sim.step(30)
+        sim.watcher.stop(0)
+        self.assertEqual((sim.dir / ".mom_events" / "held").stat().st_mtime, T0 + 30)
+
+    def test_the_watchdog_is_told_once_a_beat(self) -> None:
+        d = temp_dir(self)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(d / "notify"))
+        self.addCleanup(sock.close)
+        with mock.patch.dict(os.environ, {"NOTIFY_SOCKET": str(d / "notify"), "WATCHDOG_PID": str(os.getpid())}):
+            sim = Sim(self, directory=d / "events", systemd=True).start()
+            for dt in (0, 0, 0.5, 0.5, 0):
+                sim.step(dt)
+        sock.setblocking(False)
+        said = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                said.append(sock.recv(100).decode())
+        self.assertEqual(said.count("WATCHDOG=1"), 2, said)  # at T0 and at T0 + 1
+
+    def test_async_with_runs_a_coroutine_handler_on_the_caller_s_loop(self) -> None:
+        d, history = temp_dir(self), temp_dir(self) / "history.jsonl"
+
+        async def main() -> list[str]:
+            got: list[str] = []
+
+            async def handler(event: Event) -> None:
+                got.append(event.message)
+            async with me.EventsWatcher(d, handler, poll_interval=0.01, history=history):
+                put(d, "a.json", IMMEDIATE)
+                deadline = time.monotonic() + 20
+                while not got and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+            return got
+        told = asyncio.run(main())
+        self.assertEqual(told, ["[EVENT:a.json:immediate] ping"], history.exists() and history.read_text())
+
+    def test_a_command_s_session_is_noted_in_its_run_s_record_and_never_makes_one(self) -> None:
+        d = temp_dir(self)
+        (d / ".mom_events").mkdir()
+        me._write_record(str(d), "r1", Event("a.json", "run", "C1", "hi"), None)
+        me._note_session(str(d), "r1", "a.json", 4242, 99)
+        me._note_session(str(d), "r2", "b.json", 4243, 99)  # a run with no record (a function given to submit())
+        self.assertEqual(self.records(d), ["run.r1.a.json"])
+        self.assertTrue((d / ".mom_events" / "run.r1.a.json").read_bytes().endswith(b"\n4242 99\n"))
+
+    def test_a_missed_one_shot_is_recorded_and_told_with_its_due_time(self) -> None:
+        sim = Sim(self).down_since(T0 - 600)
+        put(sim.dir, "d.json", one_shot(T0 - 300), mtime=T0 - 900)
+        sim.start()
+        sim.run()
+        self.assertEqual([(r["outcome"], r["dueAt"]) for r in self.history(sim) if r["type"] == "one-shot"],
+                         [("missed", iso(T0 - 300))])
+        self.assertEqual(sim.got[0].due, datetime.fromtimestamp(T0 - 300, UTC))
+
+    def test_a_worker_lingers_for_the_next_run(self) -> None:
+        threads: list[threading.Thread] = []
+        watcher = me.EventsWatcher(temp_dir(self), lambda event: threads.append(threading.current_thread()),
+                                   poll_interval=0.01)
+        watcher.start()
+        self.addCleanup(watcher.stop)
+        for n in (1, 2):
+            put(Path(watcher.directory), f"{n}.json", IMMEDIATE)
+            wait_until(lambda: len(threads) == n)
+        self.assertIs(threads[0], threads[1])  # a burst of short runs needs few threads
+
+    def test_a_file_written_as_it_is_read_is_judged_from_its_next_read_only(self) -> None:
+        sim = Sim(self).start()
+        path = put(sim.dir, "a.json", IMMEDIATE)
+        time.sleep(0.05)  # the write below sets another ctime, even on a coarse clock
+        real_open, writes = open, [{**IMMEDIATE, "text": "pong, the whole of it"}]
+
+        class Written:  # the file being read, as a writer rewrites it meanwhile
+            def __init__(self, handle: io.BufferedReader) -> None:
+                self.handle = handle
+
+            def __enter__(self) -> Written:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.handle.close()
+
+            def read(self, size: int) -> bytes:
+                data = self.handle.read(size)
+                if writes:
+                    put(sim.dir, "a.json", writes.pop())
+                return data
+
+        def opening(file: object, *args: object, **kwargs: object) -> object:
+            handle = real_open(file, *args, **kwargs)
+            return Written(handle) if isinstance(file, int) else handle
+        with mock.patch.object(me, "open", opening, create=True):
+            sim.step()
+            sim.step(0.1)
+        self.assertEqual(sim.run(), ["[EVENT:a.json:immediate] pong, the whole of it"])
+        self.assertEqual(sim.outcomes("a.json"), ["queued", "started", "done"])  # never queued with "ping"
+        self.assertFalse(path.exists())
+
+
 # --- The watcher ---
 
 class WatcherTest(unittest.TestCase):
