@@ -51,6 +51,7 @@ logging.getLogger("mom_events").addHandler(logging.NullHandler())  # the library
 # The private parts the tests reach into most, named once here
 proc_session = me._proc_session  # a process's (session id, start), or None once it is gone
 Scanner, Schedule, Channels, Job, History = me._Scanner, me._Schedule, me._Channels, me._Job, me._History
+write_record, note_session, Handler = me._write_record, me._note_session, me._Handler
 
 
 def timing_of(data: str, mtime: float, user: tzinfo) -> typing.Any:
@@ -1609,17 +1610,17 @@ class ChannelsModelTest(unittest.TestCase):
 
     def test_a_new_worker_starts_only_once_every_running_job_has_run_a_while(self) -> None:
         now, spawned, seen = [100.0], list[typing.Any](), list[int]()
-        channels = me._Channels(5, spawned.append, 0)
+        channels = Channels(5, spawned.append, 0)
 
         def job() -> None:  # a poll while it runs: it has just begun (a burst's runs need no more), then 30 ms on
-            channels.put(me._Job("z", lambda: None))
+            channels.put(Job("z", lambda: None))
             seen.append(len(spawned))
             now[0] += 0.03
             channels.dispatch()
             seen.append(len(spawned))
         with mock.patch.object(me.time, "monotonic", lambda: now[0]):
-            channels.put(me._Job("x", lambda: now.__setitem__(0, now[0] + 0.05)))  # 50 ms, then the worker takes y
-            channels.put(me._Job("y", job))  # a worker is on its way: none more
+            channels.put(Job("x", lambda: now.__setitem__(0, now[0] + 0.05)))  # 50 ms, then the worker takes y
+            channels.put(Job("y", job))  # a worker is on its way: none more
             self.assertEqual(len(spawned), 1)
             spawned[0]()
         self.assertEqual(seen, [1, 2])
@@ -1630,9 +1631,9 @@ class ChannelsModelTest(unittest.TestCase):
         def spawn(work: object) -> None:
             tries.append(work)
             raise RuntimeError("can't start new thread")
-        channels = me._Channels(5, spawn, 0)
+        channels = Channels(5, spawn, 0)
         with self.assertLogs("mom_events", "ERROR") as logs:
-            channels.put(me._Job("x", lambda: None))
+            channels.put(Job("x", lambda: None))
             channels.dispatch()
         self.assertEqual(len(tries), 2)
         self.assertEqual(logs.output, ["ERROR:mom_events:cannot start a worker: can't start new thread"] * 2)
@@ -2464,7 +2465,7 @@ class RecordsTest(unittest.TestCase):
         d = temp_dir(self)
         (d / ".mom_events" / "run.r1.x.json").mkdir(parents=True)  # in the record's place: EISDIR, as EFBIG would
         with self.assertLogs("mom_events", "ERROR") as logs:
-            me._note_session(str(d), "r1", "x.json", 500, 1000)
+            note_session(str(d), "r1", "x.json", 500, 1000)
         self.assertIn("x.json: its command's session cannot be noted", logs.output[0])
 
     def test_a_run_whose_marker_cannot_be_written_does_not_start_and_its_file_stays(self) -> None:
@@ -2654,8 +2655,8 @@ class RunsStrengthTest(unittest.TestCase):
         d, run, notice = temp_dir(self), f"r{uuid.uuid4().hex}", f"n{uuid.uuid4().hex}"
         (d / ".mom_events").mkdir()
         procs = [self.tagged_sleep(run), self.tagged_sleep(run), self.tagged_sleep(notice)]
-        me._write_record(str(d), run, Event("a.json", "run", "C1", "[EVENT:a.json:immediate] hi"), None)
-        me._write_record(str(d), notice, Event("b.json", "rejected", "C1", "fix it"), None)
+        write_record(str(d), run, Event("a.json", "run", "C1", "[EVENT:a.json:immediate] hi"), None)
+        write_record(str(d), notice, Event("b.json", "rejected", "C1", "fix it"), None)
         sim = Sim(self, directory=d).start()
         self.assertEqual([proc.wait(10) for proc in procs], [-signal.SIGTERM] * 3)  # no session noted: the tag
         self.assertEqual(sorted(sim.run()), [
@@ -2667,7 +2668,7 @@ class RunsStrengthTest(unittest.TestCase):
     def test_without_notify_a_dead_harness_s_notice_is_dropped_with_its_record(self) -> None:
         d = temp_dir(self)
         (d / ".mom_events").mkdir()
-        me._write_record(str(d), "n1", Event("b.json", "rejected", "C1", "fix it"), None)
+        write_record(str(d), "n1", Event("b.json", "rejected", "C1", "fix it"), None)
         sim = Sim(self, directory=d, notify=False).start()
         self.assertEqual(sim.run(), [])
         self.assertEqual(self.records(d), [])
@@ -2684,7 +2685,7 @@ class RunsStrengthTest(unittest.TestCase):
         d = temp_dir(self)
         (d / ".mom_events").mkdir()
         (d / ".mom_events" / "run.r2.b.json").write_bytes(b"\n\0\xff{\n")
-        me._write_record(str(d), "r3", Event("c.json", "rejected", "C1", "fix it"), None)
+        write_record(str(d), "r3", Event("c.json", "rejected", "C1", "fix it"), None)
         shutil.copy(d / ".mom_events" / "run.r3.c.json", d / ".mom_events" / "run.r3.c.json.new")
         with self.assertLogs("mom_events", "WARNING"):
             sim = Sim(self, directory=d).start()
@@ -2896,9 +2897,9 @@ class RunsStrengthTest(unittest.TestCase):
     def test_a_command_s_session_is_noted_in_its_run_s_record_and_never_makes_one(self) -> None:
         d = temp_dir(self)
         (d / ".mom_events").mkdir()
-        me._write_record(str(d), "r1", Event("a.json", "run", "C1", "hi"), None)
-        me._note_session(str(d), "r1", "a.json", 4242, 99)
-        me._note_session(str(d), "r2", "b.json", 4243, 99)  # a run with no record (a function given to submit())
+        write_record(str(d), "r1", Event("a.json", "run", "C1", "hi"), None)
+        note_session(str(d), "r1", "a.json", 4242, 99)
+        note_session(str(d), "r2", "b.json", 4243, 99)  # a run with no record (a function given to submit())
         self.assertEqual(self.records(d), ["run.r1.a.json"])
         self.assertTrue((d / ".mom_events" / "run.r1.a.json").read_bytes().endswith(b"\n4242 99\n"))
 
@@ -3200,7 +3201,7 @@ class CliTest(CliCase):
         self.assertTrue(cli.err[-1].endswith("INFO stopped (exit status 0)"), cli.err)
 
     def test_an_output_blocked_mid_write_never_holds_back_the_stop_of_the_commands(self):
-        handler, entered, gate = me._Handler(False, "true", None), threading.Event(), threading.Event()
+        handler, entered, gate = Handler(False, "true", None), threading.Event(), threading.Event()
         out = types.SimpleNamespace(write=lambda line: entered.set() or gate.wait(10), flush=lambda: None)
 
         def write() -> None:
@@ -3221,7 +3222,7 @@ class CliTest(CliCase):
         writes: list[str] = []
         out = types.SimpleNamespace(write=writes.append, flush=lambda: None)
         with mock.patch("sys.stdout", out):
-            me._Handler(False, None, None)(Event("a.json", "immediate", "C1", "hi"))
+            Handler(False, None, None)(Event("a.json", "immediate", "C1", "hi"))
         self.assertEqual(len(writes), 1)
         self.assertTrue(writes[0].endswith(" C1 [EVENT:a.json:immediate] hi\n"), writes)
 
@@ -3229,7 +3230,7 @@ class CliTest(CliCase):
         listed = parse_event(file_of("periodic", schedule=["0 8 * * 1-5", "0 10 * * 0,6"]), "l.json")
         writes: list[str] = []
         with mock.patch("sys.stdout", types.SimpleNamespace(write=writes.append, flush=lambda: None)):
-            me._Handler(True, f'echo "$MOM_EVENT_SCHEDULE" > {self.dir}/said', None)(listed)
+            Handler(True, f'echo "$MOM_EVENT_SCHEDULE" > {self.dir}/said', None)(listed)
         line = json.loads(writes[0])
         self.assertEqual(line["schedule"], ["0 8 * * 1-5", "0 10 * * 0,6"])
         self.assertEqual((self.dir / "said").read_text(), "0 8 * * 1-5 | 0 10 * * 0,6\n")
