@@ -920,9 +920,10 @@ def _signature(st: os.stat_result) -> _Signature:
 
 
 def _is_racy(st: os.stat_result, now: float) -> bool:
-    """Too close to ``now`` to trust: the file may change again with the same stat."""
+    """Too close to ``now`` to trust: the file may change again with the same stat.  A change well after ``now``
+    (the clock stepped back, or a simulated one is behind) is not: the next one is stamped otherwise."""
     whole = st.st_mtime_ns % 1_000_000_000 == 0 and st.st_ctime_ns % 1_000_000_000 == 0
-    return now - st.st_ctime_ns / 1e9 < (_RACY_WHOLE_SECONDS if whole else _RACY)
+    return abs(now - st.st_ctime_ns / 1e9) < (_RACY_WHOLE_SECONDS if whole else _RACY)
 
 
 def _is_event_name(name: str) -> bool:
@@ -1164,8 +1165,9 @@ class _Channels:
         self.dispatch()
 
     def dispatch(self) -> None:
-        """See that a ready channel gets a worker: a waiting one, else a new one once no worker is on its way and
-        every running job has run _SPAWN_AFTER (called at every poll, so slow runs get a worker each soon)."""
+        """See that a ready channel gets a worker: a waiting one, else new ones once none is on its way and every
+        running job has run _SPAWN_AFTER: as many as there are workers, so that while all runs are slow the pool
+        doubles at each poll (it is called at every poll and put) until each ready channel has one."""
         with self._lock:
             if self._held or self._idle >= len(self._ready):  # a waiting worker takes it (or none is ready)
                 self._lock.notify(len(self._ready))
@@ -1173,13 +1175,16 @@ class _Channels:
             latest = max((since for _, since in self._running.values()), default=-math.inf)
             if self._workers > self._idle + len(self._running) or time.monotonic() - latest < _SPAWN_AFTER:
                 return
-            self._workers += 1
-        try:
-            self._spawn(self._work)
-        except Exception as exc:  # "can't start new thread": the workers there are go on, and it is tried again
-            with self._lock:
-                self._workers -= 1
-            log.error("cannot start a worker: %s", exc)
+            more = min(len(self._ready) - self._idle, max(1, self._workers))
+            self._workers += more
+        for started in range(more):
+            try:
+                self._spawn(self._work)
+            except Exception as exc:  # "can't start new thread": the workers there are go on; tried again later
+                with self._lock:
+                    self._workers -= more - started
+                log.error("cannot start a worker: %s", exc)
+                return
 
     def submit(self, channel: str, fn: Callable[[], None]) -> bool:
         """A user's own message: refused while the channel runs or has anything waiting."""

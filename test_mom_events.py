@@ -1485,6 +1485,7 @@ class ScanTest(unittest.TestCase):
         fine = types.SimpleNamespace(st_mtime_ns=stamp, st_ctime_ns=stamp)
         self.assertEqual([racy(whole, second + 1.9), racy(whole, second + 2.1)], [True, False])
         self.assertEqual([racy(fine, second + 0.16), racy(fine, second + 0.18)], [True, False])
+        self.assertEqual([racy(fine, second + 0.1), racy(fine, second - 3600)], [True, False])  # the clock went back
 
     def test_an_ignored_name_and_a_file_gone_before_its_stat_are_never_handed_on(self) -> None:
         d = temp_dir(self)
@@ -1624,6 +1625,31 @@ class ChannelsModelTest(unittest.TestCase):
             self.assertEqual(len(spawned), 1)
             spawned[0]()
         self.assertEqual(seen, [1, 2])
+
+    def test_while_every_running_job_is_slow_the_pool_doubles_at_each_poll(self) -> None:
+        now, spawned, started, release = [100.0], list[int](), list[int](), threading.Event()
+        self.addCleanup(release.set)
+
+        def spawn(work: typing.Callable[[], None]) -> None:
+            spawned.append(1)
+            threading.Thread(target=work, daemon=True).start()
+
+        def settled() -> int:  # every worker started has taken a job (real time: monotonic is the test's)
+            for _ in range(1000):
+                if len(started) == len(spawned):
+                    return len(started)
+                time.sleep(0.01)
+            raise AssertionError(f"{len(spawned)} workers, {len(started)} running")
+        channels, counts = Channels(5, spawn, 0), list[int]()
+        with mock.patch.object(me.time, "monotonic", lambda: now[0]):
+            for i in range(20):  # 20 channels, each with a run that takes long
+                channels.put(Job(f"C{i}", lambda: started.append(1) or release.wait(10)))
+            counts.append(settled())
+            for _ in range(5):  # the polls
+                now[0] += 0.03
+                channels.dispatch()
+                counts.append(settled())
+        self.assertEqual(counts, [1, 2, 4, 8, 16, 20])
 
     def test_a_worker_that_cannot_start_is_said_and_tried_again(self) -> None:
         tries = list[typing.Any]()
