@@ -214,17 +214,10 @@ def _one_edit(a: str, b: str) -> bool:
 
 
 def _field(obj: dict[str, object], key: str, required: bool = False) -> str:
-    """A string field's value ("" when the file has none), not blank and within its limit; crons listed, joined."""
+    """A string field's value ("" when the file has none), not blank and within its limit."""
     if key not in obj and required:
         raise ValueError(f'missing field "{key}"')
     value = obj.get(key, "")
-    crons = value if isinstance(value, list) and all(isinstance(c, str) for c in value) else [value]
-    if key == "schedule" and any(isinstance(c, str) and "|" in c for c in crons):  # or one would pass the limit
-        raise ValueError('"schedule" is one cron expression: list several as ["0 9 * * 1-5", "0 10 * * 0,6"]')
-    if key == "schedule" and isinstance(value, list) and crons is value:
-        if len(value) > 20:
-            raise ValueError(f'"schedule" lists {len(value)} expressions (at most 20)')
-        value = " | ".join(value)
     if not isinstance(value, str):
         raise ValueError(f'"{key}" must be {_ALLOWED.get(key, "a string")}, not {_JSON_KIND.get(type(value), "null")}')
     if key in obj and not value.strip():
@@ -235,9 +228,17 @@ def _field(obj: dict[str, object], key: str, required: bool = False) -> str:
 
 
 def _schedule(obj: dict[str, object]) -> str | tuple[str, ...] | None:
-    """One cron expression, or a list of them as a tuple."""
-    joined = _field(obj, "schedule") or None
-    return tuple(map(sys.intern, crons)) if joined and isinstance(crons := obj["schedule"], list) else joined
+    """One cron expression, or a list of at most 20 (a tuple), within a string field's limits all together."""
+    value = obj.get("schedule")
+    texts = [cron for cron in (value if isinstance(value, list) else [value]) if isinstance(cron, str)]
+    if any("|" in text for text in texts):  # several are a list
+        raise ValueError('"schedule" is one cron expression: list several as ["0 9 * * 1-5", "0 10 * * 0,6"]')
+    if not isinstance(value, list) or len(texts) < len(value):  # one expression, or a list not of strings
+        return _field(obj, "schedule") or None
+    if len(texts) > 20:
+        raise ValueError(f'"schedule" lists {len(texts)} expressions (at most 20)')
+    _field({"schedule": " | ".join(texts)}, "schedule")  # not blank, not too long
+    return tuple(map(sys.intern, texts))
 
 
 def _periodic(event: Event, own: ZoneInfo | None) -> _Timing | _Interval:
