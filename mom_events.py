@@ -1127,7 +1127,8 @@ class _Channels:
         self._waiting: dict[str, deque[_Job]] = {}  # a channel is here while it is busy
         self._events: dict[str, int] = {}  # how many of a busy channel's waiting jobs are not notices
         self._ready: deque[str] = deque()  # busy channels with nothing running, in turn
-        self._running: dict[str, tuple[int, float]] = {}  # channel -> the thread running its job, since when
+        self._running: dict[str, int] = {}  # channel -> the thread running its job
+        self._began = -math.inf  # when the latest job began (monotonic)
         self._idle = 0  # workers waiting for a ready channel
         self._workers = 0
         self._held = False  # a start-up queues all it judged runnable before anything runs
@@ -1173,8 +1174,8 @@ class _Channels:
             if self._held or self._idle >= len(self._ready):  # a waiting worker takes it (or none is ready)
                 self._lock.notify(len(self._ready))
                 return
-            latest = max((since for _, since in self._running.values()), default=-math.inf)
-            if self._workers > self._idle + len(self._running) or time.monotonic() - latest < _SPAWN_AFTER:
+            if self._workers > self._idle + len(self._running) or \
+                    self._running and time.monotonic() - self._began < _SPAWN_AFTER:
                 return
             more = min(len(self._ready) - self._idle, max(1, self._workers))
             self._workers += more
@@ -1230,11 +1231,11 @@ class _Channels:
         """Wait up to ``timeout`` for the running jobs (not the caller's own) and, once closed, for the workers
         to be gone; return the channels still running."""
         me = threading.get_ident()
-        mine: Callable[[], int] = lambda: sum(ident == me for ident, _ in self._running.values())
+        mine: Callable[[], int] = lambda: sum(ident == me for ident in self._running.values())
         with self._lock:
             self._ended.wait_for(lambda: len(self._running) == mine() and not (self.closed and self._workers > mine()),
                                  timeout)
-            return sorted(channel for channel, (ident, _) in self._running.items() if ident != me)
+            return sorted(channel for channel, ident in self._running.items() if ident != me)
 
     def _work(self) -> None:
         """A worker: ready channels' jobs, one at a time, until none has been ready for ``linger`` seconds."""
@@ -1265,7 +1266,7 @@ class _Channels:
                 return None
             job = self._waiting[(channel := self._ready.popleft())].popleft()
             self._events[channel] -= not job.notice
-            self._running[channel] = threading.get_ident(), time.monotonic()
+            self._running[channel], self._began = threading.get_ident(), time.monotonic()
             return job
 
 
