@@ -1875,7 +1875,6 @@ class _Notices:
             self.queue(told, run_id)
 
 
-
 class _Files:
     """What becomes of each file: read, judged, scheduled, queued, or dropped with a notice.  Only the
     scheduler's thread calls it; the runs it queues are the _Runner's, on the workers."""
@@ -2058,7 +2057,6 @@ class _Files:
             for job in self.channels.withdraw(file.event.channel_id, file.name):
                 self.history.record("cancelled", job.event or file.event, detail="its file was removed or changed")
         return scheduled
-
 
 
 _CHANNEL_KEY = re.compile(r"""["']channelId["']\s*:\s*(?:"([^"\\\s]*)"|'([^'\\\s]*)')""")
@@ -2408,7 +2406,6 @@ class EventsWatcher:
             fn(*args)
         except Exception:
             log.exception("%s: unexpected error", name or self.directory)
-
 
 
 def _mtime(path: str | int) -> float | None:
