@@ -1612,14 +1612,14 @@ class _Runner:
 
     def __init__(self, directory: str, handler: Callable[[Event], Any],
                  on_error: Callable[[Event, BaseException], Any], history: _History, clock: Callable[[], float],
-                 ours: Callable[[], bool]) -> None:
+                 ours: Callable[[], bool], loop: Any = None) -> None:
         self.directory = directory
         self.handler = handler
         self.on_error = on_error
         self.history = history
         self.clock = clock
         self.ours = ours  # is the directory's lock still this harness's?
-        self.loop: Any = None  # an asyncio loop, for coroutine handlers; set before the first run
+        self.loop = loop  # an asyncio loop, for coroutine handlers (else the one start() finds): set before any run
 
     def run(self, event: Event, due: float | None, shown: datetime | None, sig: _Signature, last: bool) -> None:
         """One occurrence, ``due`` then (``shown`` in its zone).  It begins only while the lock is this harness's
@@ -2197,8 +2197,7 @@ class EventsWatcher:
         history_log = _History(self._history_path, clock)
         self._lock = _DirectoryLock(self.directory, clock)
         self._runner = _Runner(self.directory, handler, on_error or _log_error, history_log, clock,
-                              self._lock.ours)
-        self._runner.loop = loop
+                              self._lock.ours, loop)
         name = timezone or _host_timezone()  # an IANA zone follows daylight saving; a fixed offset would not
         zone = _zone(name) if name else datetime.now().astimezone().tzinfo or UTC
         self._notices = _Notices(self.directory, self._runner, self._channels, history_log, zone, notify)
