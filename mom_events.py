@@ -1538,8 +1538,8 @@ def _read_record(path: str, filename: str) -> tuple[Event, _Taking | None, list[
     head, _, tail = data.partition(_SEPARATOR)
     line, *lines = tail.decode("utf-8", "replace").split("\n")
     sessions = [(int(a), int(b)) for a, b in (line.split() for line in lines if re.fullmatch(r"\d+ \d+", line))]
-    if not line and head:  # the file moved there, its record not yet appended: the run was about to begin
-        return _run_from_file(head, filename), None, sessions
+    if head and not (line and lines):  # the file moved there, its record not (wholly) appended: killed as its
+        return _run_from_file(head, filename), None, sessions  # run was about to begin, told as that run
     kept = json.loads(line)
     told, file, due = kept["tell"], kept["file"], kept["tell"]["due"]
     event = Event(str(told["filename"]), str(told["type"]), str(told["channel_id"]), str(told["text"]),

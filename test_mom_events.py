@@ -2115,6 +2115,17 @@ class WatcherRunTest(unittest.TestCase):
         self.assertEqual(sim.files(), ["a.json", "b.json", "c.json"])  # none deleted as "discarded"
         self.assertEqual([sim.outcomes(name) for name in sim.files()], [["queued", "cancelled"], [], []])
 
+    def test_a_record_torn_as_it_was_appended_is_told_as_the_event_moved_there(self) -> None:
+        sim = Sim(self)
+        event = json.dumps({**IMMEDIATE, "text": "Remind Mario"}).encode()
+        (sim.dir / ".mom_events").mkdir()
+        (sim.dir / ".mom_events" / "run.r1.a.json").write_bytes(event + b'\n\0{"tell": {"filename": "a.js')  # killed
+        sim.down_since(T0 - 60).start()
+        told = sim.run()
+        self.assertEqual(len(told), 1)
+        self.assertTrue(told[0].startswith("[EVENT:a.json:interrupted] This run was cut short"), told)
+        self.assertTrue(told[0].endswith("It was: [EVENT:a.json:immediate] Remind Mario"), told)
+
     def test_the_largest_run_cut_short_is_told_interrupted_whole(self) -> None:
         def handler(event: Event) -> None:
             raise KeyboardInterrupt  # its record stays, as if the harness died
