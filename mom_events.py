@@ -2128,12 +2128,13 @@ class _DirectoryLock:
             os.close(held)
         return True
 
-    def claim(self, now: float) -> None:
-        """This process's PID, and its first sign of life: from now on it counts as a harness that ran."""
+    def claim(self, now: float, alive: float | None) -> None:
+        """This process's PID, and its first sign of life: from now on it counts as a harness that ran.  The last
+        harness's (``alive``) is never set back: after a clock stepped back, a restart still runs nothing twice."""
         assert self.fd is not None
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
-        self.mark_alive(now)
+        self.mark_alive(max(now, -math.inf if alive is None else alive))
 
     def release(self) -> None:
         if self.fd is not None:
@@ -2148,7 +2149,8 @@ class _DirectoryLock:
             return not os.path.isdir(self.directory)  # gone: the scanner says so, and its files count as gone
 
     def mark_alive(self, now: float) -> None:
-        assert self.fd is not None
+        if self.fd is None:  # let go by a stop() from another thread, as a step() ran
+            return
         self._alive = max(self._alive, now)
         try:
             os.utime(self.fd, (self._alive, self._alive))
@@ -2348,7 +2350,7 @@ class EventsWatcher:
             self._notices.recover()
             for name, sig in self._scanner.poll():
                 self._guarded(name, self._files.on_change, name, sig, down.start)
-            self._lock.claim(down.start)
+            self._lock.claim(down.start, down.alive)
         finally:
             self._files.down = None
         if self.systemd:
@@ -2386,6 +2388,8 @@ class EventsWatcher:
         watcher stops."""
         if self._lock.ours():
             return True
+        if self._stopping.is_set():  # stop() let it go (from another thread, as this step ran): not taken again
+            return False
         try:
             locked = self._lock.take()
         except OSError:  # gone again as it was looked at: the next step looks again

@@ -2104,6 +2104,16 @@ class WatcherRunTest(unittest.TestCase):
         self.assertEqual(got, ["b.json"])
         self.assertEqual(len(list((sim.dir / ".mom_events").glob("run.*"))), 1)  # told interrupted at the next start
 
+    def test_a_stop_from_another_thread_during_a_step_lets_the_lock_go_for_good(self) -> None:
+        sim = Sim(self).start()
+        put(sim.dir, "a.json", IMMEDIATE, mtime=T0 - 1)
+        sim.watcher._lock.ours = lambda: sim.watcher.stop(0) and False  # type: ignore[method-assign]  # noqa: SLF001
+        self.assertIsNone(sim.step())  # stop() came as the step asked whether the lock is still its own
+        self.assertEqual(sim.files(), ["a.json"])
+        successor = me.EventsWatcher(sim.dir, print)
+        successor.start(thread=False)  # the lock is free: not taken again by the step
+        successor.stop(0)
+
     def test_a_stop_from_another_thread_during_a_step_leaves_the_files_it_had_not_queued(self) -> None:
         sim = Sim(self).start()
         for name in ("a.json", "b.json", "c.json"):
@@ -2158,6 +2168,11 @@ class WatcherRunTest(unittest.TestCase):
                                        f"fell due before {datetime.fromtimestamp(T0 + 86400).astimezone().isoformat()} "
                                        "counts as done, and periodic runs resume after it"])
         self.assertEqual(sim.step(), T0 + 86400 + 15)
+        sim.watcher.stop(0)
+        again = Sim(self, directory=sim.dir, now=T0 + 10)
+        with self.assertLogs("mom_events", "WARNING"):  # still ahead: the start-up did not set it back
+            again.start()
+        self.assertEqual(again.step(), T0 + 86400 + 15)
 
     def test_an_interval_with_an_mtime_ahead_of_the_clock_counts_from_now_across_restarts(self) -> None:
         first = Sim(self).start()
