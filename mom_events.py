@@ -2901,7 +2901,10 @@ def _serve(args: argparse.Namespace) -> int:
     def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():  # nothing of a run outlives the harness
             handler.stop_all(kill=True)
-            log.warning("stopped at once on a second signal (exit status %d)", 128 + signum)
+            said = f"{datetime.now():%Y-%m-%d %H:%M:%S} WARNING stopped at once on a second signal (exit status "
+            with contextlib.suppress(OSError):  # never waiting on a stderr no one reads, as a log line would
+                os.set_blocking(2, False)
+                os.write(2, f"{said}{128 + signum})\n".encode())
             os._exit(128 + signum)
         stop.set()
 

@@ -3438,8 +3438,27 @@ class ExecTest(CliCase):
                 cli.proc.send_signal(signum)
                 self.assertEqual(cli.finish(), status)
                 self.assertLess(time.monotonic() - started, 10)
+                self.assertTrue(cli.err[-1].endswith(f"stopped at once on a second signal (exit status {status})"))
                 wait_until(lambda: not marked(self.mark), why="a command outlived the harness")
                 (self.events / "a.json").unlink(missing_ok=True)
+
+    def test_a_second_signal_exits_even_while_stderr_is_a_pipe_no_one_reads(self):
+        for k in range(600):
+            self.put(f"bad{k:03}.json", "{")  # a log line each, more than a pipe holds
+        proc = subprocess.Popen([sys.executable, "-c", CLI_RUN, self.events], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, env=self.env())
+
+        def end() -> None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.stderr.close()  # type: ignore[union-attr]
+        self.addCleanup(end)
+        time.sleep(3)  # the rejections have filled the pipe: a log line waits on it
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(10), 143)
 
     def test_a_command_that_renames_itself_or_clears_its_environment_is_stopped_all_the_same(self):
         pids = self.dir / "pids"
