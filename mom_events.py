@@ -1095,9 +1095,10 @@ class _Schedule:
 # --- The channel queues: one run at a time per channel, at most max_queued waiting ---
 
 
-# A new worker starts only when every running job has run this long (an agent's run takes seconds): quick runs,
-# as in a burst, are passed on by the workers there are, for on the GIL more threads only wait on each other.
-_SPAWN_AFTER = 0.02
+# A new worker starts only when every running job has run this long: quick runs, as in a burst, are passed on by
+# the workers there are (on the GIL more threads only wait on each other), while a handler that waits on I/O
+# for 10 ms or more (an agent's run takes seconds) gets its channels run concurrently.
+_SPAWN_AFTER = 0.01
 
 
 @dataclass(eq=False, slots=True)

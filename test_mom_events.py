@@ -1613,10 +1613,10 @@ class ChannelsModelTest(unittest.TestCase):
         now, spawned, seen = [100.0], list[typing.Any](), list[int]()
         channels = Channels(5, spawned.append, 0)
 
-        def job() -> None:  # a poll while it runs: it has just begun (a burst's runs need no more), then 30 ms on
-            channels.put(Job("z", lambda: None))
+        def job() -> None:  # a poll while it runs: it has just begun (a burst's runs need no more), then 12 ms on
+            channels.put(Job("z", lambda: None))  # (a handler of 15 ms: its channels run concurrently)
             seen.append(len(spawned))
-            now[0] += 0.03
+            now[0] += 0.012
             channels.dispatch()
             seen.append(len(spawned))
         with mock.patch.object(me.time, "monotonic", lambda: now[0]):
