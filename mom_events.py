@@ -2702,7 +2702,7 @@ _Agenda = list[tuple[Iterator[float], str]]  # each file's runs, and what it is
 
 
 def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda,
-                down: _Downtime | None = None) -> tuple[bool, str]:
+                down: _Downtime | None = None, grace: float = 0.0) -> tuple[bool, str]:
     """Whether a file will run, judged as a harness seeing it now would, and when (its runs into agenda) or why not."""
     try:
         info = os.stat(path)
@@ -2717,7 +2717,7 @@ def _check_file(path: str, name: str, now: float, zone: tzinfo, agenda: _Agenda,
         return False, f"cannot be read: {exc.strerror or exc}"
     timing = _timing(parsed, min(info.st_mtime, now), zone)  # ahead of the clock: now, as a harness would set it
     entered = info.st_ctime if timing is None else info.st_mtime  # an immediate: when it entered the directory
-    verdict = _judge(event, min(entered, now), now, timing, down)
+    verdict = _judge(event, min(entered, now), now, timing, down, grace)
     what = f"{event.type} on channel {event.channel_id}"
     notes = [f"unknown fields are ignored: {', '.join(map(json.dumps, unknown))}"] if unknown else []
     if verdict.outcome not in (_Outcome.RUN, _Outcome.SCHEDULE):
@@ -2783,7 +2783,8 @@ def _agenda(agenda: _Agenda, upcoming: tuple[int, float], now: float, zone: tzin
     return [head] + [f"{_shown(due, now, zone)} {label}" for due, label in shown[:count]]
 
 
-def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple[int, float] | None) -> int:
+def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple[int, float] | None,
+           grace: float = 0.0) -> int:
     """--check: a line per file of a directory (or one draft of any name), the agenda, a sum; 0 if all will run."""
     skip = os.path.realpath(history) if history else None  # the watcher never reads its history as an event
     try:
@@ -2804,7 +2805,7 @@ def _check(path: str, history: str | None, timezone: str | None, upcoming: tuple
     out += [f"{path} {ahead}"] if down and (ahead := _ahead(down)) else []
     for file, name in files:
         original = name.removesuffix(".rejected") if file != path else name  # judged again as NAME.json
-        ok, said = _check_file(file, original, now, zone, agenda if original == name else [], down)
+        ok, said = _check_file(file, original, now, zone, agenda if original == name else [], down, grace)
         if original != name:
             said = (f"rejected, valid now ({said.removeprefix('ok: ')}): mv it back to {original}" if ok
                     else f"rejected: {said}; fix it, then mv it back to {original} (or rm it)")
@@ -2888,7 +2889,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(events_prompt(os.path.abspath(args.dir), args.timezone, args.channel, history))
         return 0
     if args.check:
-        return _check(args.dir, args.history, args.timezone, args.next)
+        return _check(args.dir, args.history, args.timezone, args.next, args.misfire_grace)
     status = _serve(args)
     log.info("stopped (exit status %d)", status)  # the operator sees the end
     return status

@@ -3765,6 +3765,14 @@ class CheckTest(CliCase):
         self.put(".mom_events/held", "", mtime=now + 1)  # it stopped an hour ago, and let the directory go just now
         self.assertEqual(self.check()[1][0], "hook.json: ok: immediate on channel C1, runs on arrival")
 
+    def test_it_judges_with_the_harness_s_misfire_grace(self):
+        now = time.time()
+        self.put("late.json", cli_one_shot(now - 300), mtime=now - 7200)
+        self.put(".mom_events.lock", "4242\n", mtime=now - 3600)  # no harness for an hour; due 5 minutes ago
+        self.assertRegex(self.check()[1][0], r"^late\.json: one-shot on channel C1: it was due at .*; it will not run$")
+        self.assertRegex(self.check("--misfire-grace", "600")[1][0],
+                         r"^late\.json: ok: one-shot on channel C1, runs at once, late by 5 minutes")
+
     def test_a_last_sign_of_life_ahead_of_the_clock_is_said_and_judged_as_the_start_up_does(self):
         now = time.time()
         self.put("tick.json", {"type": "periodic", "channelId": "C1", "text": "t", "every": "1m"}, mtime=now - 30)
