@@ -2284,8 +2284,9 @@ class EventsWatcher:
         return True
 
     def submit(self, channel_id: str, fn: Callable[[], Any]) -> bool:
-        """Run ``fn()`` on the channel's queue, as a user's own message: refused (False) while it is busy."""
-        return self._channels.submit(channel_id, lambda: self._runner.call(fn))
+        """Run ``fn()`` on the channel's queue, as a user's own message: refused (False) while it is busy, and
+        unless the watcher runs (before start(), nothing runs in a directory another harness may hold)."""
+        return self.running and self._channels.submit(channel_id, lambda: self._runner.call(fn))
 
     def stop(self, timeout: float = 30) -> list[str]:
         """Stop scheduling, drop what waits in the queues (their files stay), wait up to ``timeout`` for the

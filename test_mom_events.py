@@ -1996,8 +1996,10 @@ class WatcherRunTest(unittest.TestCase):
         self.assertEqual(len([line for line in logs.output if "userId" in line]), 1)
 
     def test_submit_shares_the_queue_and_is_refused_while_busy(self) -> None:
-        sim = Sim(self).start()
+        sim = Sim(self)
         ran: list[str] = []
+        self.assertFalse(sim.watcher.submit("C1", lambda: ran.append("before start")))  # no lock held yet
+        sim.start()
         self.assertTrue(sim.watcher.submit("C1", lambda: ran.append("mine")))
         self.assertFalse(sim.watcher.submit("C1", lambda: ran.append("refused")))
         sim.run()
